@@ -1,0 +1,372 @@
+"""Executing one assistant message's tool calls.
+
+Per call, in order: allowlist → argument validation → confirm (dry run first for
+destructive tools) → ledger → execute under timeout/deadline/cancel → bound the output.
+Only ``read_only`` + ``parallel`` tools run concurrently (consecutive ones, under a
+semaphore); everything else runs alone, in call order. Results keep the call order.
+Every failure becomes an ``Error: …`` observation; nothing here raises into the loop
+except the store's own failures (memory, artifacts, ledger, confirm).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from bot.agent.config import AgentConfig
+from bot.agent.events import Event, ToolEnd, ToolStart
+from bot.agent.guard import Aborted, AbortKind, guarded
+from bot.agent.messages import ToolCall
+from bot.agent.observe import ERROR_PREFIX, to_text, truncation_note
+from bot.agent.ports import Approved, ConfirmRequest, Decision, Denied, Pending
+from bot.agent.state import PendingApproval, RunState
+from bot.agent.tools import (
+    CONFIRMED_BY,
+    CallContext,
+    Tool,
+    canonical_json,
+    needs_confirm,
+    runs_in_parallel,
+)
+from bot.errors import ToolError
+
+log = logging.getLogger(__name__)
+
+MAX_ARGUMENT_CHARS = 100_000
+MAX_ERROR_DETAILS = 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """One call's result: what the model sees and what the loop detector hashes."""
+
+    call: ToolCall
+    text: str  # bounded, for the model
+    real: str  # the tool's real output (the loop detector hashes this)
+    is_error: bool
+    canonical_args: str
+    confirmed_by: str | None = None
+    artifact: str | None = None
+    abort: AbortKind | None = None  # the run must end after recording this
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Paused:
+    """The call awaits a human decision."""
+
+    approval: PendingApproval
+
+
+def _display(name: str) -> str:
+    return repr(name[:64] + ("…" if len(name) > 64 else ""))
+
+
+def args_hash(canonical_args: str) -> str:
+    return hashlib.sha256(canonical_args.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _validation_details(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors()[:MAX_ERROR_DETAILS]:
+        loc = ".".join(str(p) for p in item["loc"]) or "(arguments)"
+        parts.append(f"{loc}: {item['msg']}")
+    more = error.error_count() - MAX_ERROR_DETAILS
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
+
+
+class CallRunner:
+    """Runs calls for one run; shares the run's state, clock, cancel and event sink."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        state: RunState,
+        *,
+        emit: Callable[[Event], None],
+        deadline_in: Callable[[], float],
+    ) -> None:
+        self._config = config
+        self._state = state
+        self._emit = emit
+        self._deadline_in = deadline_in
+        self._tools: dict[str, Tool] = {t.name: t for t in config.tools}
+        self._semaphore = asyncio.Semaphore(max(1, config.max_parallel))
+
+    def tool(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def parallel_group(self, calls: Sequence[ToolCall], start: int) -> int:
+        """End index of the run of parallel-safe calls beginning at ``start``."""
+        end = start
+        while end < len(calls):
+            tool = self._tools.get(calls[end].name)
+            if tool is None or not runs_in_parallel(tool):
+                break
+            end += 1
+        return end
+
+    async def run_parallel(self, calls: Sequence[ToolCall]) -> list[Outcome]:
+        async def one(call: ToolCall) -> Outcome:
+            async with self._semaphore:
+                result = await self.run_one(call, reason=None)
+            assert isinstance(result, Outcome)  # read-only calls never pause
+            return result
+
+        return list(await asyncio.gather(*(one(c) for c in calls)))
+
+    def _refused(
+        self, call: ToolCall, text: str, canonical_args: str = "", *, is_error: bool = True
+    ) -> Outcome:
+        """A call answered without running the tool (unknown, invalid, declined, replayed)."""
+        self._emit(
+            ToolEnd(
+                call_id=call.id,
+                tool=call.name,
+                ran=False,
+                is_error=is_error,
+                duration_s=0.0,
+                output_chars=len(text),
+            )
+        )
+        return Outcome(
+            call=call, text=text, real=text, is_error=is_error, canonical_args=canonical_args
+        )
+
+    def _validate(self, tool: Tool, call: ToolCall) -> tuple[BaseModel, str] | str:
+        raw = call.arguments.strip() if call.arguments else ""
+        if len(raw) > MAX_ARGUMENT_CHARS:
+            return (
+                f"Error: invalid arguments for tool {_display(tool.name)}: "
+                f"{len(raw)} chars is more than the {MAX_ARGUMENT_CHARS} allowed"
+            )
+        try:
+            value: Any = json.loads(raw) if raw else {}
+        except ValueError as exc:
+            return (
+                f"Error: invalid arguments for tool {_display(tool.name)}: not valid JSON ({exc})"
+            )
+        if not isinstance(value, dict):
+            return (
+                f"Error: invalid arguments for tool {_display(tool.name)}: "
+                f"expected a JSON object, got {type(value).__name__}"
+            )
+        value.pop(CONFIRMED_BY, None)  # only a human decision may set it
+        try:
+            model = tool.args_model.model_validate(value)
+        except ValidationError as exc:
+            return (
+                f"Error: invalid arguments for tool {_display(tool.name)}: "
+                f"{_validation_details(exc)}"
+            )
+        dumped = model.model_dump(mode="json", exclude={CONFIRMED_BY})
+        return model, canonical_json(dumped)
+
+    async def run_one(
+        self,
+        call: ToolCall,
+        *,
+        reason: str | None,
+        decision: Decision | None = None,
+        approval: PendingApproval | None = None,
+    ) -> Outcome | Paused:
+        """Run one call; ``decision``/``approval`` come from a resumed pause."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            names = ", ".join(sorted(self._tools)) or "none"
+            return self._refused(
+                call, f"Error: unknown tool {_display(call.name)}; available tools: {names}"
+            )
+        checked = self._validate(tool, call)
+        if isinstance(checked, str):
+            return self._refused(call, checked)
+        model, canonical = checked
+        if not needs_confirm(tool):
+            return await self._execute(tool, model, call, canonical, confirmed_by=None)
+        return await self._confirmed(tool, model, call, canonical, reason, decision, approval)
+
+    async def _confirmed(
+        self,
+        tool: Tool,
+        model: BaseModel,
+        call: ToolCall,
+        canonical: str,
+        reason: str | None,
+        decision: Decision | None,
+        approval: PendingApproval | None,
+    ) -> Outcome | Paused:
+        digest = args_hash(canonical)
+        if approval is not None and (approval.tool != tool.name or approval.args_hash != digest):
+            approval, decision = None, None  # a different call: ask afresh
+        dry_run_output = approval.dry_run_output if approval is not None else None
+        if tool.category == "destructive" and approval is None:
+            dry = await self._execute(tool, model, call, canonical, confirmed_by=None, dry_run=True)
+            if dry.abort is not None:
+                return dry
+            if dry.is_error:
+                return self._refused(
+                    call, f"Error: dry run failed, not asking for approval: {dry.text}", canonical
+                )
+            dry_run_output = dry.text
+        arguments: dict[str, object] = json.loads(canonical)
+        if decision is None:
+            if self._config.confirm is None:
+                return self._refused(
+                    call,
+                    "Error: declined: this tool changes things and needs an approval, "
+                    "but no one can approve in this context",
+                    canonical,
+                )
+            decision = await self._config.confirm(
+                ConfirmRequest(
+                    job_id=self._config.job_id,
+                    call_id=call.id,
+                    tool=tool.name,
+                    category="destructive" if tool.category == "destructive" else "mutating",
+                    arguments=arguments,
+                    args_hash=digest,
+                    reason=reason,
+                    dry_run_output=dry_run_output,
+                )
+            )
+        match decision:
+            case Pending():
+                return Paused(
+                    approval=PendingApproval(
+                        call_id=call.id,
+                        tool=tool.name,
+                        args_hash=digest,
+                        arguments=arguments,
+                        dry_run_output=dry_run_output,
+                    )
+                )
+            case Denied(reason=why):
+                return self._refused(call, f"Error: declined: {why}", canonical)
+            case Approved(confirmed_by=who, tool=bound_tool, args_hash=bound_hash):
+                if (bound_tool is not None and bound_tool != tool.name) or (
+                    bound_hash is not None and bound_hash != digest
+                ):
+                    return self._refused(
+                        call, "Error: declined: the approval was for a different call", canonical
+                    )
+                if not who:
+                    return self._refused(call, "Error: declined: approval without an approver")
+                return await self._ledgered(tool, model, call, canonical, digest, who)
+
+    async def _ledgered(
+        self, tool: Tool, model: BaseModel, call: ToolCall, canonical: str, digest: str, who: str
+    ) -> Outcome:
+        ledger = self._config.ledger
+        key = f"{self._config.job_id}:{call.id}"
+        if ledger is not None:
+            prior = await ledger.begin(key, tool.name, digest)
+            if prior is not None:
+                if prior.state == "done" and prior.output is not None:
+                    return self._refused(
+                        call,
+                        f"(already executed; recorded result)\n{prior.output}",
+                        canonical,
+                        is_error=prior.output.startswith(ERROR_PREFIX),
+                    )
+                return self._refused(
+                    call,
+                    "Error: outcome unknown: this call was started before an interruption and "
+                    "its result was never recorded; check the system before trying again",
+                    canonical,
+                )
+        outcome = await self._execute(tool, model, call, canonical, confirmed_by=who)
+        if ledger is not None:
+            await ledger.finish(key, outcome.real)
+        return outcome
+
+    async def _execute(
+        self,
+        tool: Tool,
+        model: BaseModel,
+        call: ToolCall,
+        canonical: str,
+        *,
+        confirmed_by: str | None,
+        dry_run: bool = False,
+    ) -> Outcome:
+        if confirmed_by is not None and CONFIRMED_BY in type(model).model_fields:
+            model = model.model_copy(update={CONFIRMED_BY: confirmed_by})
+        ctx = CallContext(
+            job_id=self._config.job_id,
+            call_id=call.id,
+            confirmed_by=confirmed_by,
+            dry_run=dry_run,
+        )
+        shown_args: dict[str, object] = json.loads(canonical)
+        if confirmed_by is not None:
+            shown_args[CONFIRMED_BY] = confirmed_by
+        self._emit(
+            ToolStart(call_id=call.id, tool=tool.name, arguments=shown_args, dry_run=dry_run)
+        )
+        clock = self._config.clock
+        started = clock.monotonic()
+        # Stop and the deadline interrupt reads; a write is let finish (bounded by its timeout).
+        read_only = tool.category == "read_only"
+        abort: AbortKind | None = None
+        try:
+            raw = await guarded(
+                tool.execute(model, ctx),
+                clock=clock,
+                deadline_in=self._deadline_in() if read_only or dry_run else None,
+                time_limit=tool.timeout,
+                cancel=self._config.cancel if read_only or dry_run else None,
+            )
+            text = to_text(raw)
+        except Aborted as exc:
+            if exc.kind == "timeout":
+                text = f"Error: timed out after {tool.timeout:g}s"
+            else:
+                abort = exc.kind
+                text = "Error: interrupted: " + (
+                    "the job was stopped" if exc.kind == "cancel" else "the job's deadline passed"
+                )
+        except ToolError as exc:
+            text = f"Error: {to_text(str(exc))}"
+        except Exception as exc:
+            log.warning("tool %s raised", tool.name, exc_info=True)
+            text = f"Error: {type(exc).__name__}: {to_text(str(exc))}"
+        duration = clock.monotonic() - started
+        is_error = text.startswith(ERROR_PREFIX)
+        if not dry_run:
+            self._state.tool_executions += 1
+            if tool.name not in self._state.tools_used:
+                self._state.tools_used.append(tool.name)
+        shown, artifact = text, None
+        if len(text) > tool.output_bound:
+            artifact = await self._config.artifacts.put(self._config.job_id, call.id, text)
+            shown = text[: max(tool.output_bound, 0)] + truncation_note(len(text), artifact)
+        self._emit(
+            ToolEnd(
+                call_id=call.id,
+                tool=tool.name,
+                ran=True,
+                is_error=is_error,
+                duration_s=duration,
+                output_chars=len(text),
+                dry_run=dry_run,
+                confirmed_by=confirmed_by,
+            )
+        )
+        return Outcome(
+            call=call,
+            text=shown,
+            real=text,
+            is_error=is_error,
+            canonical_args=canonical,
+            confirmed_by=confirmed_by,
+            artifact=artifact,
+            abort=abort,
+        )

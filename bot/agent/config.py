@@ -1,0 +1,75 @@
+"""The flat configuration of one job's turn: everything ``run`` needs, injected."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from bot.agent.cancel import CancelToken
+from bot.agent.events import EventSink
+from bot.agent.limits import Limits
+from bot.agent.observe import InMemoryArtifacts
+from bot.agent.ports import (
+    ArtifactStore,
+    ClientResolver,
+    Clock,
+    Condense,
+    Confirm,
+    Inject,
+    Ledger,
+    LoopClock,
+    Memory,
+)
+from bot.agent.recovery import RecoveryPolicy
+from bot.agent.state import RunState, StopReason
+from bot.agent.tools import Tool
+
+DEFAULT_MAX_PARALLEL = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopCheck:
+    """What the stop predicate sees after each iteration."""
+
+    final: bool  # the model answered without tool calls
+    output: str | None  # the latest assistant text
+    state: RunState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopVerdict:
+    """A stop predicate's decision to end the run (``None`` means carry on / accept)."""
+
+    reason: StopReason  # completed, incomplete or cancelled
+    message: str | None = None
+
+
+StopPredicate = Callable[[StopCheck], Awaitable[StopVerdict | None]]
+Checkpoint = Callable[[RunState], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentConfig:
+    """One job's turn. Only ``job_id``, ``client``, ``memory`` and ``system_prompt`` are
+    required; everything else has a safe default."""
+
+    job_id: str
+    client: ClientResolver
+    memory: Memory
+    system_prompt: str  # immutable for the whole run
+    tools: Sequence[Tool] = ()  # the allowlist: the only tools offered and run
+    limits: Limits = Limits()
+    inject: Inject | None = None
+    stop: StopPredicate | None = None
+    confirm: Confirm | None = None
+    condense: Condense | None = None
+    condense_at_tokens: int | None = None  # condense before a call once the prompt is this big
+    recovery: RecoveryPolicy = RecoveryPolicy()
+    on_event: EventSink | None = None
+    on_checkpoint: Checkpoint | None = None  # after every step's flush, with the state
+    artifacts: ArtifactStore = field(default_factory=InMemoryArtifacts)
+    ledger: Ledger | None = None
+    clock: Clock = field(default_factory=LoopClock)
+    cancel: CancelToken | None = None
+    max_parallel: int = DEFAULT_MAX_PARALLEL
+    stream: bool = False

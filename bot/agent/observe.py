@@ -1,0 +1,50 @@
+"""Turning raw tool output into a bounded observation for the model.
+
+Output is decoded (non-UTF-8 bytes replaced, never an exception), and anything longer
+than the tool's bound is cut with a note of its size and the artifact reference under
+which the full text was kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+ERROR_PREFIX = "Error: "
+
+
+def to_text(raw: object) -> str:
+    """Decode tool output to text; bytes that are not UTF-8 become U+FFFD."""
+    if isinstance(raw, str):
+        text = raw
+    elif isinstance(raw, bytes | bytearray | memoryview):
+        text = bytes(raw).decode("utf-8", errors="replace")
+    elif raw is None:
+        text = ""
+    else:
+        text = str(raw)
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    return text
+
+
+def truncation_note(total: int, ref: str) -> str:
+    return f"\n[output cut: {total} chars in all; full output stored as artifact {ref}]"
+
+
+def cut(text: str, bound: int) -> str:
+    """The head of ``text`` within ``bound`` chars (at least a few chars of it)."""
+    return text[: max(bound, 0)]
+
+
+@dataclass(slots=True)
+class InMemoryArtifacts:
+    """Artifact store kept in process memory (tests, the bare core)."""
+
+    items: dict[str, str] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    async def put(self, job_id: str, call_id: str, text: str) -> str:
+        ref = f"artifact:{job_id}:{call_id}:{next(self._ids)}"
+        self.items[ref] = text
+        return ref

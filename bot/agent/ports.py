@@ -1,0 +1,173 @@
+"""The small protocols the core depends on; other layers implement them.
+
+Model clients (``bot.llm``), Redis memory/inject/confirm (``bot.store``), Slack progress
+(``bot.slack``) all plug in here. The core never imports those layers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from bot.agent.messages import AnyMessage, ModelRequest, ModelResponse
+
+DeltaSink = Callable[[str], None]
+"""Receives streamed text deltas; may raise to abort the stream (the client must let it
+propagate and close the response)."""
+
+
+class Client(Protocol):
+    """One model endpoint. Retries of transient errors happen inside ``complete``.
+
+    Raises ``ModelUnavailableError`` (transient, retries exhausted),
+    ``ContextOverflowError`` or ``ModelRequestError``.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
+    ) -> ModelResponse: ...
+
+
+class ClientResolver(Protocol):
+    """The primary model followed by its fallback chain."""
+
+    def chain(self) -> Sequence[Client]: ...
+
+
+class Memory(Protocol):
+    """A conversation's history. ``append`` buffers; ``flush`` makes appends durable."""
+
+    async def history(self) -> Sequence[AnyMessage]:
+        """The effective history (a condensed summary stands in for what it replaced)."""
+        ...
+
+    def append(self, message: AnyMessage) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def condense(self, upto: int, summary: str) -> None:
+        """Replace the first ``upto`` messages of the effective history with a summary.
+
+        The originals are kept by the implementation; only the effective view changes.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Injected:
+    """An external message waiting to enter the conversation."""
+
+    id: str
+    text: str
+    author: str | None = None
+
+
+class Inject(Protocol):
+    """External messages (thread replies) taken in at the start of each iteration."""
+
+    async def fetch(self) -> Sequence[Injected]: ...
+
+    async def ack(self, items: Sequence[Injected]) -> None:
+        """Called only after the items are in history and flushed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfirmRequest:
+    """A call that needs a human decision."""
+
+    job_id: str
+    call_id: str
+    tool: str
+    category: Literal["mutating", "destructive"]
+    arguments: dict[str, object]
+    args_hash: str
+    reason: str | None  # the assistant text that came with the call
+    dry_run_output: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Approved:
+    confirmed_by: str
+    tool: str | None = None  # when set, must match the call (else the decision is refused)
+    args_hash: str | None = None
+    kind: Literal["approved"] = "approved"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Denied:
+    reason: str  # e.g. "denied by <@U123>" or "approval expired"
+    kind: Literal["denied"] = "denied"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pending:
+    kind: Literal["pending"] = "pending"
+
+
+Decision = Approved | Denied | Pending
+
+
+class Confirm(Protocol):
+    async def __call__(self, request: ConfirmRequest) -> Decision: ...
+
+
+class ArtifactStore(Protocol):
+    """Keeps full tool outputs that were cut for the model."""
+
+    async def put(self, job_id: str, call_id: str, text: str) -> str:
+        """Store ``text``; return a reference the model and humans can quote."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CondenseResult:
+    upto: int  # how many leading history messages the summary replaces
+    summary: str
+
+
+class Condense(Protocol):
+    async def __call__(self, history: Sequence[AnyMessage]) -> CondenseResult: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerEntry:
+    state: Literal["started", "done"]
+    output: str | None = None
+
+
+class Ledger(Protocol):
+    """Records mutating calls so that a crash never re-runs a write blindly."""
+
+    async def begin(self, key: str, tool: str, args_hash: str) -> LedgerEntry | None:
+        """Record ``started``; return the earlier entry if the key was seen before."""
+        ...
+
+    async def finish(self, key: str, output: str) -> None: ...
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Time for deadlines and timeouts; tests swap in a fake one."""
+
+    def monotonic(self) -> float: ...
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle: ...
+
+
+class LoopClock:
+    """The event loop's clock."""
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        return asyncio.get_running_loop().call_later(max(delay, 0.0), callback)

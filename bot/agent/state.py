@@ -1,0 +1,98 @@
+"""A run's progress state and its result.
+
+``RunState`` is everything a later run needs to continue the same job with the same
+remaining budget: counters, usage, active time used, the loop detector's window and,
+when paused for approval, the batch being processed. It is versioned and serializable
+(the store persists it as JSON).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bot.agent.messages import AssistantMessage, ToolCall, Usage
+
+
+class StopReason(StrEnum):
+    """The one list of ways a run ends (``awaiting_approval`` is a pause)."""
+
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
+    AWAITING_APPROVAL = "awaiting_approval"
+    LIMIT_ITERATIONS = "limit_iterations"
+    LIMIT_TOKENS = "limit_tokens"
+    LIMIT_DEADLINE = "limit_deadline"
+    LOOP = "loop"
+    STALLED = "stalled"
+    NO_ACTION = "no_action"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class PendingApproval(BaseModel):
+    """The call a human is asked about, bound by tool name and canonical-args hash."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    tool: str
+    args_hash: str
+    arguments: dict[str, object]
+    dry_run_output: str | None = None
+
+
+class PendingBatch(BaseModel):
+    """The assistant message being processed and the calls still to run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: AssistantMessage
+    remaining: list[ToolCall]
+    approval: PendingApproval | None = None
+    any_ok: bool = False  # whether a call of this batch already returned a non-error
+
+
+class RunState(BaseModel):
+    """Serializable progress of one job across runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = 1
+    iterations: int = 0
+    model_calls: int = 0
+    tool_executions: int = 0
+    usage: Usage = Usage()
+    active_time_s: float = 0.0
+    loop_window: list[str] = Field(default_factory=list)
+    error_streak: int = 0
+    condensed: bool = False
+    model_index: int = 0
+    tools_used: list[str] = Field(default_factory=list)
+    # Token reservation: the last request's prompt size and what was added since.
+    last_prompt_tokens: int = 0
+    last_cached_tokens: int = 0
+    chars_since_request: int = 0
+    pending: PendingBatch | None = None
+
+
+class RunResult(BaseModel):
+    """What every run returns, on every path."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stop_reason: StopReason
+    output: str | None = None
+    error: str | None = None
+    iterations: int
+    model_calls: int
+    tool_executions: int
+    usage: Usage
+    tools_used: list[str]
+    state: RunState
+    approval: PendingApproval | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.stop_reason is StopReason.COMPLETED

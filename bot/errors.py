@@ -1,0 +1,73 @@
+"""Every error opsloop raises on purpose, in one tree.
+
+    OpsloopError
+    ├── ConfigError            bad or missing configuration; stops start-up with one line
+    ├── UserFacingError        safe to show to a Slack user as is
+    ├── RunError               a job's run failed; carries the job id
+    ├── StoreError             Redis (state, history, queues) failed
+    ├── ChatError              the Slack Web API failed
+    ├── ToolError              a tool failed; its message becomes the ``Error: …`` result
+    └── ModelError             the model API failed; the agent's recovery decides by subclass
+        ├── ModelUnavailableError   transient (timeout, 429, 5xx, connection) after the
+        │                           client's own retries: try the next model of the chain
+        ├── ContextOverflowError    the request does not fit the model's context: condense
+        └── ModelRequestError       anything else (400, auth, quota): the run fails
+
+Only the Slack edge turns errors into user-facing text. This module imports nothing
+but the standard library so that every layer, the pure agent core included, can use it.
+"""
+
+from __future__ import annotations
+
+
+class OpsloopError(Exception):
+    """Base of every error opsloop raises on purpose."""
+
+
+class ConfigError(OpsloopError):
+    """Configuration is missing or malformed."""
+
+
+class UserFacingError(OpsloopError):
+    """An error whose message is safe to show to a Slack user."""
+
+
+class RunError(OpsloopError):
+    """A job's run failed."""
+
+    def __init__(self, message: str, *, job_id: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class StoreError(OpsloopError):
+    """The durable store (Redis) failed."""
+
+
+class ChatError(OpsloopError):
+    """The chat platform's API (Slack) failed."""
+
+
+class ToolError(OpsloopError):
+    """A tool failed; the message is what the model sees after ``Error: ``."""
+
+
+class ModelError(OpsloopError):
+    """The model API failed."""
+
+    def __init__(self, message: str, *, status: int | None = None, model: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.model = model
+
+
+class ModelUnavailableError(ModelError):
+    """Transient failure that outlived the client's retries; the next model may work."""
+
+
+class ContextOverflowError(ModelError):
+    """The request exceeds the model's context window."""
+
+
+class ModelRequestError(ModelError):
+    """A non-transient model API error (bad request, authentication, quota)."""
