@@ -111,6 +111,7 @@ class _Run:
         self.detector = LoopDetector(state.loop_window)
         self.calls = CallRunner(config, state, emit=self.emit, deadline_in=self.deadline_in)
         self.last_text: str | None = None
+        self.history_chars: int | None = None  # counted once, then kept up to date
         self.condense_used = False
         self.started = 0.0
         self.active_before = state.active_time_s
@@ -134,7 +135,10 @@ class _Run:
 
     def append(self, message: AnyMessage) -> None:
         self.config.memory.append(message)
-        self.state.chars_since_request += message_chars(message)
+        chars = message_chars(message)
+        self.state.chars_since_request += chars
+        if self.history_chars is not None:
+            self.history_chars += chars
 
     async def checkpoint(self) -> None:
         await self.config.memory.flush()
@@ -294,6 +298,7 @@ class _Run:
             self.emit(CondenseFailed(error=f"{type(exc).__name__}: {exc}"))
             return False
         # The next reservation is recounted from the whole, smaller prompt.
+        self.history_chars = None
         self.state.last_prompt_tokens = 0
         self.state.last_cached_tokens = 0
         self.state.chars_since_request = 0
@@ -314,7 +319,11 @@ class _Run:
     def reserve(self, messages: Sequence[AnyMessage]) -> int:
         full = 0
         if not self.state.last_prompt_tokens:
-            full = self.prefix_chars + sum(message_chars(m) for m in messages)
+            # No provider figure to start from (first call, after condensing, or a server
+            # that reports no usage): estimate the whole prompt, counting history once.
+            if self.history_chars is None:
+                self.history_chars = sum(message_chars(m) for m in messages)
+            full = self.prefix_chars + self.history_chars
         return reservation(self.state, self.config.limits, full_prompt_chars=full)
 
     async def model_step(self) -> ModelResponse | Finish:

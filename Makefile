@@ -1,0 +1,28 @@
+# The commands the README and CI use. `make test` and `make run` set up first.
+PYTHON ?= python3
+STAMP := .opsloop/setup.stamp
+
+.PHONY: setup run test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m pip install -q -e '.[dev]'
+	@mkdir -p $(dir $(STAMP)) && touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	opsloop demo
+
+test: setup
+	$(PYTHON) -m pytest
+
+lint: setup
+	ruff check bot tools tests benchmarks
+	ruff format --check bot tools tests benchmarks
+	mypy
+
+bench: setup
+	$(PYTHON) benchmarks/core_loop.py
+
+clean:
+	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -1,0 +1,34 @@
+"""The ``opsloop`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from bot import __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="opsloop", description="Slack chat-ops agent.")
+    parser.add_argument("--version", action="version", version=f"opsloop {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run the built-in incident demo turn in the terminal")
+    choice = demo.add_mutually_exclusive_group()
+    choice.add_argument("--approve", action="store_true", help="approve the restart")
+    choice.add_argument("--deny", action="store_true", help="deny the restart")
+    args = parser.parse_args(argv)
+
+    if args.command == "demo":
+        from bot.demo import run_demo
+
+        approve: bool | None = True if args.approve else False if args.deny else None
+        if approve is None and not sys.stdin.isatty():
+            approve = True
+        return asyncio.run(run_demo(approve=approve))
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
