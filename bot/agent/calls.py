@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -150,7 +150,7 @@ class CallRunner:
             )
         try:
             value: Any = json.loads(raw) if raw else {}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return (
                 f"Error: invalid arguments for tool {_display(tool.name)}: not valid JSON ({exc})"
             )
@@ -160,6 +160,10 @@ class CallRunner:
                 f"expected a JSON object, got {type(value).__name__}"
             )
         value.pop(CONFIRMED_BY, None)  # only a human decision may set it
+        field = tool.args_model.model_fields.get(CONFIRMED_BY)
+        if field is not None and field.is_required():
+            # Filled from the decision before the call runs (empty during a dry run).
+            value[CONFIRMED_BY] = ""
         try:
             model = tool.args_model.model_validate(value)
         except ValidationError as exc:
@@ -305,6 +309,12 @@ class CallRunner:
             confirmed_by=confirmed_by,
             dry_run=dry_run,
         )
+        interruptible = tool.category == "read_only" or dry_run
+        token = self._config.cancel
+        if interruptible and token is not None and token.cancelled:
+            # Stopped while this call waited for its turn: it never starts.
+            stopped = "Error: not run: the job was stopped"
+            return replace(self._refused(call, stopped, canonical), abort="cancel")
         shown_args: dict[str, object] = json.loads(canonical)
         if confirmed_by is not None:
             shown_args[CONFIRMED_BY] = confirmed_by
@@ -314,15 +324,14 @@ class CallRunner:
         clock = self._config.clock
         started = clock.monotonic()
         # Stop and the deadline interrupt reads; a write is let finish (bounded by its timeout).
-        read_only = tool.category == "read_only"
         abort: AbortKind | None = None
         try:
             raw = await guarded(
                 tool.execute(model, ctx),
                 clock=clock,
-                deadline_in=self._deadline_in() if read_only or dry_run else None,
+                deadline_in=self._deadline_in() if interruptible else None,
                 time_limit=tool.timeout,
-                cancel=self._config.cancel if read_only or dry_run else None,
+                cancel=token if interruptible else None,
             )
             text = to_text(raw)
         except Aborted as exc:

@@ -62,8 +62,13 @@ async def guarded(
         return await task
     except asyncio.CancelledError:
         current = asyncio.current_task()
-        if fired and (current is None or current.cancelling() == 0):
+        outer = current is not None and current.cancelling() > 0
+        if fired and not outer:
             raise Aborted(fired[0]) from None
+        if not outer:
+            # The awaited code raised CancelledError of its own accord: a failure, not
+            # a cancellation of this run.
+            raise RuntimeError("the call raised CancelledError") from None
         raise
     finally:
         if handle is not None:

@@ -8,9 +8,11 @@ which the full text was kept.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 
 ERROR_PREFIX = "Error: "
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def to_text(raw: object) -> str:
@@ -25,6 +27,9 @@ def to_text(raw: object) -> str:
         text = str(raw)
     if "\x00" in text:
         text = text.replace("\x00", "\ufffd")
+    if _SURROGATE.search(text):
+        # Lone surrogates (e.g. from surrogateescape decoding) cannot be encoded as UTF-8.
+        text = _SURROGATE.sub("\ufffd", text)
     return text
 
 

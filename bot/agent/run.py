@@ -199,18 +199,6 @@ class _Run:
         if (stop := self.cancelled()) is not None:
             return stop
         await self.take_injected()
-        threshold = self.config.condense_at_tokens
-        if (
-            threshold is not None
-            and self.config.condense is not None
-            and not self.condense_used
-            and self.state.last_prompt_tokens >= threshold
-        ):
-            failure = self.config.recovery.on_condense_failure()
-            if not await self.condense() and failure is Action.FAIL:
-                return Finish(
-                    reason=StopReason.FAILED, output=self.last_text, error="condensing failed"
-                )
         got = await self.model_step()
         if isinstance(got, Finish):
             return got
@@ -251,6 +239,10 @@ class _Run:
 
     async def resume(self, pending: PendingBatch) -> Step:
         self.state.pending = None
+        if (stop := self.cancelled()) is not None:  # Stop won the race with the decision
+            self.skip(pending.remaining, stop)
+            await self.checkpoint()
+            return stop
         step = await self.batch(
             pending.message,
             list(pending.remaining),
@@ -286,7 +278,12 @@ class _Run:
             return False
         try:
             history = await self.config.memory.history()
-            outcome = await condense(history)
+            outcome = await guarded(
+                condense(history),
+                clock=self.clock,
+                deadline_in=self.deadline_in(),
+                cancel=self.config.cancel,
+            )
             upto = outcome.upto
             if not 0 < upto <= len(history):
                 raise ValueError(f"summary would replace {upto} of {len(history)} messages")
@@ -326,6 +323,15 @@ class _Run:
             full = self.prefix_chars + self.history_chars
         return reservation(self.state, self.config.limits, full_prompt_chars=full)
 
+    def should_condense(self, estimated_prompt: int) -> bool:
+        threshold = self.config.condense_at_tokens
+        return (
+            threshold is not None
+            and self.config.condense is not None
+            and not self.condense_used
+            and estimated_prompt >= threshold
+        )
+
     async def model_step(self) -> ModelResponse | Finish:
         chain = self.config.client.chain()
         if not chain:
@@ -343,6 +349,15 @@ class _Run:
             if hit is not None:
                 self.emit(LimitReached(reason=hit.reason, detail=hit.detail))
                 return Finish(reason=hit.reason, output=self.last_text, error=hit.detail)
+            if self.should_condense(reserve - self.config.limits.max_output_tokens):
+                if not await self.condense():
+                    if self.config.recovery.on_condense_failure() is Action.FAIL:
+                        return Finish(
+                            reason=StopReason.FAILED,
+                            output=self.last_text,
+                            error="condensing the history failed",
+                        )
+                continue  # rebuild the request (and re-check the limits) either way
             index = min(self.state.model_index, len(chain) - 1)
             client = chain[index]
             attempt += 1
@@ -408,6 +423,9 @@ class _Run:
                             output=self.last_text,
                             error=f"{type(exc).__name__}: {exc}",
                         )
+            except Exception as exc:
+                self.emit_end(iteration, client.name, started, None, error=repr(exc))
+                raise
             else:
                 self.account(response)
                 self.emit_end(
@@ -513,13 +531,15 @@ class _Run:
                 if isinstance(got, Paused):
                     return await self.pause(assistant, calls[i:], got.approval, any_ok)
                 outcomes = [got]
-            for k, outcome in enumerate(outcomes):
-                stop = self.record(outcome)
+            stop: Finish | None = None
+            for outcome in outcomes:  # every call of the group ran: record them all
+                recorded = self.record(outcome)
+                stop = stop or recorded
                 any_ok = any_ok or not outcome.is_error
-                if stop is not None:
-                    self.skip(calls[i + k + 1 :], stop)
-                    await self.checkpoint()
-                    return stop
+            if stop is not None:
+                self.skip(calls[end:], stop)
+                await self.checkpoint()
+                return stop
             i = end
         self.state.error_streak = 0 if any_ok else self.state.error_streak + 1
         await self.checkpoint()
