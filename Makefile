@@ -5,7 +5,7 @@ STAMP := .opsloop/setup.stamp
 .PHONY: setup run test lint bench clean
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m pip install -q -e '.[dev]'
+	$(PYTHON) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	@mkdir -p $(dir $(STAMP)) && touch $(STAMP)
 
 setup: $(STAMP)

@@ -11,7 +11,8 @@
         ├── ModelUnavailableError   transient (timeout, 429, 5xx, connection) after the
         │                           client's own retries: try the next model of the chain
         ├── ContextOverflowError    the request does not fit the model's context: condense
-        └── ModelRequestError       anything else (400, auth, quota): the run fails
+        └── ModelRequestError       anything else (400, quota, malformed): the run fails
+            └── ModelAuthError      401/403: the key or its permissions are wrong
 
 Only the Slack edge turns errors into user-facing text. This module imports nothing
 but the standard library so that every layer, the pure agent core included, can use it.
@@ -55,10 +56,18 @@ class ToolError(OpsloopError):
 class ModelError(OpsloopError):
     """The model API failed."""
 
-    def __init__(self, message: str, *, status: int | None = None, model: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        model: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.model = model
+        self.retry_after = retry_after  # seconds the provider asked us to wait, if it said
 
 
 class ModelUnavailableError(ModelError):
@@ -71,3 +80,7 @@ class ContextOverflowError(ModelError):
 
 class ModelRequestError(ModelError):
     """A non-transient model API error (bad request, authentication, quota)."""
+
+
+class ModelAuthError(ModelRequestError):
+    """The model API refused the credentials (401/403); retrying cannot help."""

@@ -35,7 +35,7 @@ class ModelRequestEnd:
 
 @dataclass(frozen=True, slots=True)
 class StreamDelta:
-    text: str
+    text: str  # empty: the stream starts over (a retry), drop what was shown
     kind: Literal["stream_delta"] = "stream_delta"
 
 

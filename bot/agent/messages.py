@@ -110,6 +110,7 @@ class ModelRequest:
     messages: Sequence[AnyMessage]
     max_output_tokens: int
     stream: bool = False
+    time_left: float | None = None  # seconds until the job's deadline: no retry waits past it
 
 
 class ModelResponse(BaseModel):

@@ -15,7 +15,8 @@ from bot.agent.messages import AnyMessage, ModelRequest, ModelResponse
 
 DeltaSink = Callable[[str], None]
 """Receives streamed text deltas; may raise to abort the stream (the client must let it
-propagate and close the response)."""
+propagate and close the response). An empty delta means "start over": the client is
+retrying and the text streamed so far is void."""
 
 
 class Client(Protocol):

@@ -189,6 +189,8 @@ class _Run:
             tool_executions=state.tool_executions,
             usage=state.usage,
             tools_used=list(state.tools_used),
+            model=state.model,
+            switches=list(state.switches),
             state=state,
             approval=step.approval,
         )
@@ -311,6 +313,7 @@ class _Run:
             messages=await self.config.memory.history(),
             max_output_tokens=self.config.limits.max_output_tokens,
             stream=self.config.stream,
+            time_left=self.deadline_in(),
         )
 
     def reserve(self, messages: Sequence[AnyMessage]) -> int:
@@ -401,6 +404,9 @@ class _Run:
                 match action:
                     case Action.FALLBACK:
                         self.state.model_index = index + 1
+                        self.state.switches.append(
+                            f"{client.name} -> {chain[index + 1].name}: {exc}"
+                        )
                         self.emit(
                             ModelFallback(
                                 from_model=client.name,
@@ -441,15 +447,21 @@ class _Run:
                     error=f"the model gave no answer ({empty_retries + 1} empty responses)",
                 )
             self.state.iterations += 1
+            self.state.model = client.name
             return self.normalize(response)
 
     def delta_sink(self, streamed: list[str]) -> DeltaSink:
-        detector = RepetitionDetector()
+        detector = [RepetitionDetector()]
 
         def sink(text: str) -> None:
+            if not text:  # the client retries: what streamed so far is void
+                streamed.clear()
+                detector[0] = RepetitionDetector()
+                self.emit(StreamDelta(text=""))
+                return
             streamed.append(text)
             self.emit(StreamDelta(text=text))
-            if detector.feed(text):
+            if detector[0].feed(text):
                 raise RepetitionDetected()
 
         return sink

@@ -68,7 +68,9 @@ class RunState(BaseModel):
     loop_window: list[str] = Field(default_factory=list)
     error_streak: int = 0
     condensed: bool = False
-    model_index: int = 0
+    model_index: int = 0  # position in the fallback chain; only ever moves forward
+    model: str | None = None  # the model that gave the latest response
+    switches: list[str] = Field(default_factory=list)  # "from -> to: why", one per switch
     tools_used: list[str] = Field(default_factory=list)
     # Token reservation: the last request's prompt size and what was added since.
     last_prompt_tokens: int = 0
@@ -90,6 +92,8 @@ class RunResult(BaseModel):
     tool_executions: int
     usage: Usage
     tools_used: list[str]
+    model: str | None = None
+    switches: list[str] = Field(default_factory=list)
     state: RunState
     approval: PendingApproval | None = None
 

@@ -93,6 +93,7 @@ class ScriptedModel:
                 messages=tuple(request.messages),
                 max_output_tokens=request.max_output_tokens,
                 stream=request.stream,
+                time_left=request.time_left,
             )
         )
         step: ScriptStep

@@ -1,0 +1,322 @@
+"""OpenAI-compatible chat completions (OpenAI, Azure, vLLM, Ollama, LiteLLM, ...).
+
+``POST {base_url}/chat/completions`` with a Bearer key; non-streaming and SSE streaming
+(text and tool-call fragments assembled by index, usage requested in the stream). The
+request body is built from cached per-message JSON fragments (``wire.py``), so its cost
+grows with what is new, not with the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from bot.agent.messages import (
+    AnyMessage,
+    AssistantMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
+from bot.agent.ports import DeltaSink
+from bot.errors import ModelError, ModelUnavailableError
+from bot.llm.errors import error_from_exception, error_from_response, malformed
+from bot.llm.retry import RetryPolicy, with_retries
+from bot.llm.wire import FragmentCache, dumps
+
+DEFAULT_REQUEST_TIMEOUT_S = 300.0
+MAX_ERROR_BODY = 64 * 1024
+
+
+def render_message(message: AnyMessage) -> dict[str, Any]:
+    match message:
+        case UserMessage(content=content):
+            return {"role": "user", "content": content}
+        case ToolMessage(tool_call_id=call_id, content=content):
+            return {"role": "tool", "tool_call_id": call_id, "content": content}
+        case AssistantMessage(content=content, tool_calls=calls):
+            out: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                out["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for c in calls
+                ]
+            return out
+
+
+def render_tools(tools: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
+
+
+_MESSAGES = FragmentCache(render_message)
+
+
+def _uses_max_completion_tokens(base_url: str) -> bool:
+    """OpenAI and Azure take ``max_completion_tokens``; most compatible servers ``max_tokens``."""
+    host = urlsplit(base_url).hostname or ""
+    return host == "api.openai.com" or host.endswith(".openai.azure.com")
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class OpenAIClient:
+    """One model on one OpenAI-compatible endpoint (the core's ``Client``)."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str,
+        http: httpx.AsyncClient,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        retry: RetryPolicy | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        name: str | None = None,
+    ) -> None:
+        self._model = model
+        self._name = name or model
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._http = http
+        self._headers = {"content-type": "application/json", "accept": "application/json"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._temperature = temperature
+        self._retry = retry or RetryPolicy()
+        self._timeout = request_timeout_s
+        self._max_key = (
+            "max_completion_tokens" if _uses_max_completion_tokens(base_url) else "max_tokens"
+        )
+        self._tools_cache: tuple[tuple[ToolSpec, ...], str] | None = None
+        self._system_cache: tuple[str, str] | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    # -- request body -----------------------------------------------------------
+
+    def _tools_json(self, tools: tuple[ToolSpec, ...]) -> str:
+        cached = self._tools_cache
+        if cached is not None and (cached[0] is tools or cached[0] == tools):
+            return cached[1]
+        text = dumps(render_tools(tools))
+        self._tools_cache = (tools, text)
+        return text
+
+    def _system_json(self, system: str) -> str:
+        cached = self._system_cache
+        if cached is not None and cached[0] is system:
+            return cached[1]
+        text = dumps({"role": "system", "content": system})
+        self._system_cache = (system, text)
+        return text
+
+    def body(self, request: ModelRequest) -> bytes:
+        """The JSON body, assembled from cached fragments."""
+        parts = [self._system_json(request.system)] if request.system else []
+        get = _MESSAGES.get
+        parts.extend([get(m) for m in request.messages])
+        head: dict[str, Any] = {"model": self._model, self._max_key: request.max_output_tokens}
+        if self._temperature is not None:
+            head["temperature"] = self._temperature
+        if request.stream:
+            head["stream"] = True
+            head["stream_options"] = {"include_usage": True}
+        text = dumps(head)[:-1] + ',"messages":[' + ",".join(parts) + "]"
+        if request.tools:
+            text += (
+                ',"tools":'
+                + self._tools_json(request.tools)
+                + ',"tool_choice":"auto","parallel_tool_calls":true'
+            )
+        return (text + "}").encode()
+
+    # -- the call ---------------------------------------------------------------
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
+    ) -> ModelResponse:
+        body = self.body(request)
+        streamed = [False]
+
+        def reset(_: int, __: ModelUnavailableError, ___: float) -> None:
+            # A retried stream starts over: tell the listener to drop what it showed.
+            if on_delta is not None and streamed[0]:
+                on_delta("")
+                streamed[0] = False
+
+        async def attempt(_: int) -> ModelResponse:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    if request.stream:
+                        return await self._stream(body, on_delta, streamed)
+                    return await self._plain(body)
+            except ModelError:
+                raise
+            except (httpx.HTTPError, TimeoutError) as exc:
+                raise error_from_exception(exc, model=self._name) from exc
+            except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                # A body of the wrong shape (a list where an object belongs, ...).
+                raise malformed(self._name, f"{type(exc).__name__}: {exc}") from exc
+
+        return await with_retries(
+            attempt, policy=self._retry, time_left=request.time_left, on_retry=reset
+        )
+
+    async def _fail(self, response: httpx.Response) -> ModelError:
+        raw = b""
+        async for chunk in response.aiter_bytes():
+            raw += chunk
+            if len(raw) > MAX_ERROR_BODY:
+                break
+        text = raw[:MAX_ERROR_BODY].decode("utf-8", "replace")
+        return error_from_response(response.status_code, text, response.headers, model=self._name)
+
+    async def _plain(self, body: bytes) -> ModelResponse:
+        async with self._http.stream(
+            "POST", self._url, content=body, headers=self._headers
+        ) as response:
+            if response.status_code >= 400:
+                raise await self._fail(response)
+            raw = await response.aread()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise malformed(self._name, "body is not JSON") from None
+        return self._parse(data)
+
+    def _parse(self, data: Any) -> ModelResponse:
+        if not isinstance(data, dict):
+            raise malformed(self._name, "body is not an object")
+        if "error" in data and not data.get("choices"):
+            raise error_from_response(500, dumps(data), {}, model=self._name)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise malformed(self._name, "no choices")
+        message = choices[0].get("message") or {}
+        calls = []
+        for n, raw in enumerate(message.get("tool_calls") or ()):
+            fn = raw.get("function") or {}
+            args = fn.get("arguments")
+            if not isinstance(args, str):  # some servers send an object
+                args = dumps(args) if args is not None else "{}"
+            calls.append(
+                ToolCall(
+                    id=str(raw.get("id") or f"call_{n}"),
+                    name=str(fn.get("name") or ""),
+                    arguments=args,
+                )
+            )
+        content = message.get("content")
+        return ModelResponse(
+            content=content if isinstance(content, str) else None,
+            tool_calls=tuple(calls),
+            usage=_usage(data.get("usage")),
+            finish_reason=choices[0].get("finish_reason"),
+            model=data.get("model") or self._model,
+        )
+
+    async def _stream(
+        self, body: bytes, on_delta: DeltaSink | None, streamed: list[bool]
+    ) -> ModelResponse:
+        text: list[str] = []
+        calls: dict[int, _Call] = {}
+        finish: str | None = None
+        usage: Usage | None = None
+        model: str | None = None
+        done = False
+        async with self._http.stream(
+            "POST", self._url, content=body, headers=self._headers
+        ) as response:
+            if response.status_code >= 400:
+                raise await self._fail(response)
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = json.loads(payload)
+                except ValueError:
+                    raise malformed(self._name, "stream chunk is not JSON") from None
+                if not isinstance(chunk, dict):
+                    raise malformed(self._name, "stream chunk is not an object")
+                if "error" in chunk:
+                    raise error_from_response(500, payload, {}, model=self._name)
+                model = model or chunk.get("model")
+                if chunk.get("usage"):
+                    usage = _usage(chunk["usage"])
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("content")
+                    if piece:
+                        text.append(piece)
+                        if on_delta is not None:
+                            streamed[0] = True
+                            on_delta(piece)
+                    for frag in delta.get("tool_calls") or ():
+                        entry = calls.get(frag.get("index", 0))
+                        if entry is None:
+                            entry = calls[frag.get("index", 0)] = _Call()
+                        if frag.get("id"):
+                            entry.id = frag["id"]
+                        fn = frag.get("function") or {}
+                        if fn.get("name"):
+                            entry.name += fn["name"]
+                        if fn.get("arguments"):
+                            entry.arguments.append(fn["arguments"])
+                    if choice.get("finish_reason"):
+                        finish = choice["finish_reason"]
+        if not done and finish is None:
+            raise ModelUnavailableError(f"{self._name}: stream ended early", model=self._name)
+        return ModelResponse(
+            content="".join(text) or None,
+            tool_calls=tuple(
+                ToolCall(
+                    id=c.id or f"call_{i}", name=c.name, arguments="".join(c.arguments) or "{}"
+                )
+                for i, c in sorted(calls.items())
+            ),
+            usage=usage or Usage(),
+            finish_reason=finish,
+            model=model or self._model,
+        )
+
+
+def _usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    details = raw.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    return Usage(
+        prompt_tokens=int(raw.get("prompt_tokens") or 0),
+        completion_tokens=int(raw.get("completion_tokens") or 0),
+        cached_tokens=int(cached or 0),
+    )

@@ -1,0 +1,308 @@
+"""A scripted model server speaking the OpenAI chat completions protocol (and Anthropic
+Messages, via ``scripted_anthropic``) on loopback.
+
+A policy function decides every answer from the request: a ``Reply`` (text and/or tool
+calls, usage), or a ``Fault`` (an HTTP error with ``Retry-After``, a delay, a malformed
+body, a stream cut half-way, a stream repeating itself). Every request is recorded.
+Tests drive the real adapters over real HTTP with it; the local dev mode uses it as its
+offline demo model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+DEFAULT_CHUNKS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedCall:
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    id: str | None = None
+
+    @property
+    def arguments_json(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    content: str | None = None
+    tool_calls: Sequence[ScriptedCall] = ()
+    prompt_tokens: int | None = None  # None: about chars/4 of the request
+    completion_tokens: int | None = None
+    cached_tokens: int = 0
+    finish_reason: str | None = None
+    delay_s: float = 0.0  # wait before answering
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fault:
+    status: int = 500
+    message: str = "scripted failure"
+    code: str | None = None
+    retry_after: str | None = None
+    delay_s: float = 0.0
+    malformed: bool = False  # 200 with a body that is not JSON
+    cut_after: int | None = None  # stream: send this many chunks, then drop the connection
+    repeat: str | None = None  # stream: send this text over and over (until cut_after chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedRequest:
+    provider: str  # "openai" or "anthropic"
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages") or [])
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return list(self.body.get("tools") or [])
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    def tool_results(self) -> int:
+        """How many tool results the conversation holds (either provider's format)."""
+        count = 0
+        for m in self.messages:
+            if m.get("role") == "tool":
+                count += 1
+            elif isinstance(m.get("content"), list):
+                count += sum(1 for b in m["content"] if b.get("type") == "tool_result")
+        return count
+
+
+Answer = Reply | Fault
+Policy = Callable[[ScriptedRequest], Answer | Awaitable[Answer]]
+
+
+def split(text: str, parts: int) -> list[str]:
+    """``text`` in ``parts`` nearly equal, non-empty pieces (fewer if it is short)."""
+    if not text:
+        return []
+    size = max(1, -(-len(text) // max(parts, 1)))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class ScriptedServer:
+    """``async with ScriptedServer(policy) as server: server.base_url …``"""
+
+    def __init__(self, policy: Policy, *, chunks: int = DEFAULT_CHUNKS) -> None:
+        self.policy = policy
+        self.chunks = chunks
+        self.requests: list[ScriptedRequest] = []
+        self.disconnects = 0  # streams whose client went away before the end
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL (``…/v1``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> ScriptedServer:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_post("/chat/completions", self._openai)
+        app.router.add_post("/v1/messages", self._anthropic)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> ScriptedServer:
+        return await self.start()
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
+
+    def next_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids)}"
+
+    async def decide(self, request: web.Request, provider: str) -> tuple[ScriptedRequest, Answer]:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        scripted = ScriptedRequest(
+            provider=provider,
+            path=request.path,
+            body=body if isinstance(body, dict) else {},
+            headers={k.lower(): v for k, v in request.headers.items()},
+        )
+        self.requests.append(scripted)
+        answer = self.policy(scripted)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if answer.delay_s:
+            await asyncio.sleep(answer.delay_s)
+        return scripted, answer
+
+    # -- OpenAI -----------------------------------------------------------------
+
+    async def _openai(self, request: web.Request) -> web.StreamResponse:
+        scripted, answer = await self.decide(request, "openai")
+        if isinstance(answer, Fault) and not (answer.cut_after is not None or answer.repeat):
+            return fault_response(answer, anthropic=False)
+        if not scripted.stream:
+            assert isinstance(answer, Reply)
+            return web.json_response(self.openai_body(scripted, answer))
+        return await self._openai_stream(request, scripted, answer)
+
+    def usage(self, scripted: ScriptedRequest, reply: Reply) -> tuple[int, int, int]:
+        prompt = reply.prompt_tokens
+        if prompt is None:
+            prompt = len(json.dumps(scripted.body)) // 4
+        completion = reply.completion_tokens
+        if completion is None:
+            completion = (
+                len(reply.content or "") + sum(len(c.arguments_json) for c in reply.tool_calls)
+            ) // 4 + 1
+        return prompt, completion, reply.cached_tokens
+
+    def openai_body(self, scripted: ScriptedRequest, reply: Reply) -> dict[str, Any]:
+        prompt, completion, cached = self.usage(scripted, reply)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id or self.next_id("call_"),
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments_json},
+                }
+                for c in reply.tool_calls
+            ]
+        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        return {
+            "id": self.next_id("chatcmpl-"),
+            "object": "chat.completion",
+            "model": scripted.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            },
+        }
+
+    def openai_chunks(self, scripted: ScriptedRequest, reply: Reply) -> list[dict[str, Any]]:
+        base = {"id": self.next_id("chatcmpl-"), "object": "chat.completion.chunk"}
+        base["model"] = scripted.model
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return {**base, "choices": [choice]}
+
+        out = [chunk({"role": "assistant", "content": ""})]
+        for piece in split(reply.content or "", self.chunks):
+            out.append(chunk({"content": piece}))
+        for index, c in enumerate(reply.tool_calls):
+            first = {"index": index, "id": c.id or self.next_id("call_"), "type": "function"}
+            first["function"] = {"name": c.name, "arguments": ""}
+            out.append(chunk({"tool_calls": [first]}))
+            for piece in split(c.arguments_json, self.chunks):
+                frag = {"index": index, "function": {"arguments": piece}}
+                out.append(chunk({"tool_calls": [frag]}))
+        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        out.append(chunk({}, finish))
+        prompt, completion, cached = self.usage(scripted, reply)
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+        out.append({**base, "choices": [], "usage": usage})
+        return out
+
+    async def _openai_stream(
+        self, request: web.Request, scripted: ScriptedRequest, answer: Answer
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        if isinstance(answer, Fault):
+            chunks = self._fault_chunks(
+                answer,
+                lambda text: {"choices": [{"index": 0, "delta": {"content": text}}]},
+            )
+        else:
+            chunks = self.openai_chunks(scripted, answer)
+        try:
+            for data in chunks:
+                await response.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+            if isinstance(answer, Fault):
+                return await self._cut(request, response)
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.disconnects += 1
+            raise
+        return response
+
+    def _fault_chunks(
+        self, fault: Fault, make: Callable[[str], dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        limit = fault.cut_after if fault.cut_after is not None else 1000
+        text = fault.repeat or "partial answer "
+        return [make(text) for _ in range(limit)]
+
+    async def _cut(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+        """Drop the connection without finishing the stream."""
+        transport = request.transport
+        if transport is not None:
+            transport.close()
+        return response
+
+    # -- Anthropic --------------------------------------------------------------
+
+    async def _anthropic(self, request: web.Request) -> web.StreamResponse:
+        from bot.llm import scripted_anthropic
+
+        scripted, answer = await self.decide(request, "anthropic")
+        return await scripted_anthropic.respond(self, request, scripted, answer)
+
+
+def fault_response(fault: Fault, *, anthropic: bool) -> web.Response:
+    if fault.malformed:
+        return web.Response(status=200, text="{not json", content_type="application/json")
+    headers = {"retry-after": fault.retry_after} if fault.retry_after else {}
+    if anthropic:
+        kind = fault.code or ("overloaded_error" if fault.status == 529 else "api_error")
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": fault.message}}
+    else:
+        body = {"error": {"message": fault.message, "type": "server_error", "code": fault.code}}
+    return web.json_response(body, status=fault.status, headers=headers)

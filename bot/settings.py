@@ -1,0 +1,77 @@
+"""Configuration from the environment: the only module that reads it.
+
+Each group is a pydantic-settings model with the exact variable names of DESIGN.md's
+configuration table; defaults are named constants. A missing or malformed variable
+becomes a ``ConfigError`` naming it (the CLI prints that one line and exits).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bot.errors import ConfigError
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+DEFAULT_CONTEXT_TOKENS = 128_000
+DEFAULT_CONDENSE_AT = 0.8
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+
+
+class LLMSettings(BaseSettings):
+    """The model endpoint(s): ``LLM_*``, fallback endpoints, context and output sizes."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
+
+    provider: Literal["openai", "anthropic"] = Field("openai", alias="LLM_PROVIDER")
+    base_url: str | None = Field(None, alias="LLM_BASE_URL")
+    api_key: str | None = Field(None, alias="LLM_API_KEY", repr=False)
+    model: str | None = Field(None, alias="LLM_MODEL")
+    fallback_models: str = Field("", alias="LLM_FALLBACK_MODELS")
+    openai_base_url: str = Field(OPENAI_BASE_URL, alias="OPENAI_BASE_URL")
+    openai_api_key: str | None = Field(None, alias="OPENAI_API_KEY", repr=False)
+    anthropic_base_url: str = Field(ANTHROPIC_BASE_URL, alias="ANTHROPIC_BASE_URL")
+    anthropic_api_key: str | None = Field(None, alias="ANTHROPIC_API_KEY", repr=False)
+    max_output_tokens: int = Field(
+        DEFAULT_MAX_OUTPUT_TOKENS, alias="OPSLOOP_MAX_OUTPUT_TOKENS", gt=0
+    )
+    context_tokens: int = Field(DEFAULT_CONTEXT_TOKENS, alias="LLM_CONTEXT_TOKENS", gt=0)
+    condense_at: float = Field(DEFAULT_CONDENSE_AT, alias="OPSLOOP_CONDENSE_AT", gt=0, le=1)
+    temperature: float | None = Field(None, alias="LLM_TEMPERATURE", ge=0, le=2)
+    # HTTP behaviour of the shared client (seconds); not in DESIGN's table, all optional.
+    connect_timeout_s: float = Field(10.0, alias="LLM_CONNECT_TIMEOUT_S", gt=0)
+    read_timeout_s: float = Field(120.0, alias="LLM_READ_TIMEOUT_S", gt=0)
+    request_timeout_s: float = Field(300.0, alias="LLM_REQUEST_TIMEOUT_S", gt=0)
+    max_connections: int = Field(100, alias="LLM_MAX_CONNECTIONS", gt=0)
+
+    @field_validator("base_url", "model", "api_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @property
+    def effective_base_url(self) -> str:
+        if self.base_url:
+            return self.base_url
+        return ANTHROPIC_BASE_URL if self.provider == "anthropic" else OPENAI_BASE_URL
+
+    @property
+    def condense_at_tokens(self) -> int:
+        return int(self.context_tokens * self.condense_at)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    name = ".".join(str(p) for p in err["loc"]) or "configuration"
+    return f"{name}: {err['msg']}"
+
+
+def load_llm_settings() -> LLMSettings:
+    """Read the model settings; a bad value raises ``ConfigError`` naming the variable."""
+    try:
+        return LLMSettings()
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
