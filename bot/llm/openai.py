@@ -31,7 +31,7 @@ from bot.agent.ports import DeltaSink
 from bot.errors import ModelError, ModelUnavailableError
 from bot.llm.errors import error_from_exception, error_from_response, malformed
 from bot.llm.retry import RetryPolicy, with_retries
-from bot.llm.wire import FragmentCache, dumps
+from bot.llm.wire import FragmentCache, PrefixCache, dumps
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
 MAX_ERROR_BODY = 64 * 1024
@@ -68,6 +68,7 @@ def render_tools(tools: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
 
 
 _MESSAGES = FragmentCache(render_message)
+_HISTORY = PrefixCache(_MESSAGES)
 
 
 def _uses_max_completion_tokens(base_url: str) -> bool:
@@ -138,16 +139,16 @@ class OpenAIClient:
 
     def body(self, request: ModelRequest) -> bytes:
         """The JSON body, assembled from cached fragments."""
-        parts = [self._system_json(request.system)] if request.system else []
-        get = _MESSAGES.get
-        parts.extend([get(m) for m in request.messages])
+        messages = _HISTORY.join(request.messages)
+        if request.system:
+            messages = self._system_json(request.system) + ("," + messages if messages else "")
         head: dict[str, Any] = {"model": self._model, self._max_key: request.max_output_tokens}
         if self._temperature is not None:
             head["temperature"] = self._temperature
         if request.stream:
             head["stream"] = True
             head["stream_options"] = {"include_usage": True}
-        text = dumps(head)[:-1] + ',"messages":[' + ",".join(parts) + "]"
+        text = dumps(head)[:-1] + ',"messages":[' + messages + "]"
         if request.tools:
             text += (
                 ',"tools":'
@@ -260,8 +261,9 @@ class OpenAIClient:
                     continue
                 payload = line[5:].strip()
                 if payload == "[DONE]":
+                    # Read on to the end of the body so the connection can be reused.
                     done = True
-                    break
+                    continue
                 try:
                     chunk = json.loads(payload)
                 except ValueError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 dumps: Callable[[Any], str] = json.JSONEncoder(
@@ -40,3 +40,50 @@ class FragmentCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class PrefixCache:
+    """The joined fragments of a conversation's messages, extended as it grows.
+
+    Keyed by the first message's identity; valid while the history still starts with
+    the same first message and still holds the same message at the last cached index
+    (append-only growth). A condensed or different history simply misses.
+    """
+
+    __slots__ = ("_fragments", "_entries", "_max")
+
+    def __init__(self, fragments: FragmentCache, *, max_entries: int = 4096) -> None:
+        self._fragments = fragments
+        self._entries: dict[int, tuple[weakref.ref[Any], int, weakref.ref[Any], str]] = {}
+        self._max = max_entries
+
+    def join(self, messages: Sequence[Any]) -> str:
+        """``",".join(fragment(m) for m in messages)``, reusing earlier work."""
+        if not messages:
+            return ""
+        first = messages[0]
+        key = id(first)
+        entry = self._entries.get(key)
+        get = self._fragments.get
+        if (
+            entry is not None
+            and entry[0]() is first
+            and len(messages) >= entry[1]
+            and messages[entry[1] - 1] is entry[2]()
+        ):
+            count, text = entry[1], entry[3]
+            if count < len(messages):
+                text = text + "," + ",".join([get(m) for m in messages[count:]])
+        else:
+            text = ",".join([get(m) for m in messages])
+            if len(self._entries) >= self._max:
+                self._entries.clear()  # crude bound; conversations re-warm on their next call
+        last = messages[-1]
+        entries = self._entries
+        entries[key] = (
+            weakref.ref(first, lambda _: entries.pop(key, None)),
+            len(messages),
+            weakref.ref(last),
+            text,
+        )
+        return text
