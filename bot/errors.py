@@ -7,6 +7,8 @@
     ├── StoreError             Redis (state, history, queues) failed
     ├── ChatError              the Slack Web API failed
     ├── ToolError              a tool failed; its message becomes the ``Error: …`` result
+    ├── CondenseError          the history could not be condensed; the loop carries on
+    │   └── NothingToCondense  no prefix is worth replacing
     └── ModelError             the model API failed; the agent's recovery decides by subclass
         ├── ModelUnavailableError   transient (timeout, 429, 5xx, connection) after the
         │                           client's own retries: try the next model of the chain
@@ -84,3 +86,11 @@ class ModelRequestError(ModelError):
 
 class ModelAuthError(ModelRequestError):
     """The model API refused the credentials (401/403); retrying cannot help."""
+
+
+class CondenseError(OpsloopError):
+    """The history could not be condensed; the loop carries on without it."""
+
+
+class NothingToCondense(CondenseError):
+    """No prefix is worth replacing (too short, no safe boundary, only a summary)."""

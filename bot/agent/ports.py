@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from bot.agent.messages import AnyMessage, ModelRequest, ModelResponse
+from bot.agent.messages import AnyMessage, ModelRequest, ModelResponse, Usage
 
 DeltaSink = Callable[[str], None]
 """Receives streamed text deltas; may raise to abort the stream (the client must let it
@@ -41,7 +41,12 @@ class ClientResolver(Protocol):
 
 
 class Memory(Protocol):
-    """A conversation's history. ``append`` buffers; ``flush`` makes appends durable."""
+    """A conversation's history. ``append`` buffers; ``flush`` makes appends durable.
+
+    The effective history only ever changes by appending, or by ``condense`` replacing a
+    leading part with one new summary message; messages are never swapped in place.
+    Model adapters rely on this to reuse the rendering of a history's prefix.
+    """
 
     async def history(self) -> Sequence[AnyMessage]:
         """The effective history (a condensed summary stands in for what it replaced)."""
@@ -130,10 +135,15 @@ class ArtifactStore(Protocol):
 class CondenseResult:
     upto: int  # how many leading history messages the summary replaces
     summary: str
+    usage: Usage = Usage()  # what the summary cost; counted against the job's budget
 
 
 class Condense(Protocol):
-    async def __call__(self, history: Sequence[AnyMessage]) -> CondenseResult: ...
+    """Summarises the older part of a history with ``client`` (the job's current model)."""
+
+    async def __call__(
+        self, history: Sequence[AnyMessage], *, client: Client, time_left: float | None
+    ) -> CondenseResult: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -280,8 +280,10 @@ class _Run:
             return False
         try:
             history = await self.config.memory.history()
+            chain = self.config.client.chain()
+            client = chain[min(self.state.model_index, len(chain) - 1)]
             outcome = await guarded(
-                condense(history),
+                condense(history, client=client, time_left=self.deadline_in()),
                 clock=self.clock,
                 deadline_in=self.deadline_in(),
                 cancel=self.config.cancel,
@@ -291,6 +293,7 @@ class _Run:
                 raise ValueError(f"summary would replace {upto} of {len(history)} messages")
             if upto < len(history) and isinstance(history[upto], ToolMessage):
                 raise ValueError("summary would separate a tool call from its result")
+            self.state.usage = self.state.usage + outcome.usage
             await self.config.memory.condense(upto, outcome.summary)
         except Exception as exc:
             log.warning("condensing job %s failed", self.config.job_id, exc_info=True)

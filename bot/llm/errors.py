@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import time
 from collections.abc import Mapping
 
@@ -28,7 +29,9 @@ from bot.errors import (
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 529})
 MAX_MESSAGE_CHARS = 500
-_OVERFLOW_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+_OVERFLOW_CODES = frozenset(
+    {"context_length_exceeded", "string_above_max_length", "request_too_large"}
+)
 _OVERFLOW_PHRASES = (
     "maximum context length",
     "context length",
@@ -37,6 +40,8 @@ _OVERFLOW_PHRASES = (
     "too many tokens",
     "reduce the length",
     "input is too long",
+    "context limit",
+    "exceed context",
 )
 _NOT_TRANSIENT_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
 
@@ -47,9 +52,11 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         return None
     value = value.strip()
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
     try:
         parsed = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -99,7 +106,7 @@ def error_from_exception(exc: BaseException, *, model: str) -> ModelError:
     if isinstance(exc, ModelError):
         return exc
     kind = type(exc).__name__
-    detail = str(exc) or kind
+    detail = (str(exc) or kind)[:MAX_MESSAGE_CHARS]
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return ModelUnavailableError(f"{model}: timed out ({kind})", model=model)
     if isinstance(exc, httpx.TransportError):
@@ -111,3 +118,17 @@ def malformed(model: str, what: str) -> ModelRequestError:
     return ModelRequestError(
         f"{model}: malformed response: {what}"[:MAX_MESSAGE_CHARS], model=model
     )
+
+
+MAX_ERROR_BODY = 64 * 1024
+
+
+async def read_error(response: httpx.Response, *, model: str) -> ModelError:
+    """The error for a failed streamed response, reading at most ``MAX_ERROR_BODY``."""
+    raw = b""
+    async for chunk in response.aiter_bytes():
+        raw += chunk
+        if len(raw) > MAX_ERROR_BODY:
+            break
+    text = raw[:MAX_ERROR_BODY].decode("utf-8", "replace")
+    return error_from_response(response.status_code, text, response.headers, model=model)

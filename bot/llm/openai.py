@@ -8,8 +8,8 @@ grows with what is new, not with the conversation.
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,13 +28,13 @@ from bot.agent.messages import (
     UserMessage,
 )
 from bot.agent.ports import DeltaSink
-from bot.errors import ModelError, ModelUnavailableError
-from bot.llm.errors import error_from_exception, error_from_response, malformed
-from bot.llm.retry import RetryPolicy, with_retries
+from bot.errors import ModelUnavailableError
+from bot.llm.attempts import Sink, complete_with_retries
+from bot.llm.errors import error_from_response, malformed, read_error
+from bot.llm.retry import RetryPolicy
 from bot.llm.wire import FragmentCache, PrefixCache, dumps
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
-MAX_ERROR_BODY = 64 * 1024
 
 
 def render_message(message: AnyMessage) -> dict[str, Any]:
@@ -163,48 +163,29 @@ class OpenAIClient:
         self, request: ModelRequest, *, on_delta: DeltaSink | None = None
     ) -> ModelResponse:
         body = self.body(request)
-        streamed = [False]
 
-        def reset(_: int, __: ModelUnavailableError, ___: float) -> None:
-            # A retried stream starts over: tell the listener to drop what it showed.
-            if on_delta is not None and streamed[0]:
-                on_delta("")
-                streamed[0] = False
+        def once(sink: Sink) -> Awaitable[ModelResponse]:
+            return self._stream(body, sink) if request.stream else self._plain(body)
 
-        async def attempt(_: int) -> ModelResponse:
-            try:
-                async with asyncio.timeout(self._timeout):
-                    if request.stream:
-                        return await self._stream(body, on_delta, streamed)
-                    return await self._plain(body)
-            except ModelError:
-                raise
-            except (httpx.HTTPError, TimeoutError) as exc:
-                raise error_from_exception(exc, model=self._name) from exc
-            except (ValueError, TypeError, AttributeError, KeyError) as exc:
-                # A body of the wrong shape (a list where an object belongs, ...).
-                raise malformed(self._name, f"{type(exc).__name__}: {exc}") from exc
-
-        return await with_retries(
-            attempt, policy=self._retry, time_left=request.time_left, on_retry=reset
+        return await complete_with_retries(
+            once,
+            request=request,
+            on_delta=on_delta,
+            model=self._name,
+            policy=self._retry,
+            timeout_s=self._timeout,
         )
-
-    async def _fail(self, response: httpx.Response) -> ModelError:
-        raw = b""
-        async for chunk in response.aiter_bytes():
-            raw += chunk
-            if len(raw) > MAX_ERROR_BODY:
-                break
-        text = raw[:MAX_ERROR_BODY].decode("utf-8", "replace")
-        return error_from_response(response.status_code, text, response.headers, model=self._name)
 
     async def _plain(self, body: bytes) -> ModelResponse:
         async with self._http.stream(
             "POST", self._url, content=body, headers=self._headers
         ) as response:
             if response.status_code >= 400:
-                raise await self._fail(response)
+                raise await read_error(response, model=self._name)
             raw = await response.aread()
+        return self._parse_body(raw)
+
+    def _parse_body(self, raw: bytes) -> ModelResponse:
         try:
             data = json.loads(raw)
         except ValueError:
@@ -242,9 +223,7 @@ class OpenAIClient:
             model=data.get("model") or self._model,
         )
 
-    async def _stream(
-        self, body: bytes, on_delta: DeltaSink | None, streamed: list[bool]
-    ) -> ModelResponse:
+    async def _stream(self, body: bytes, sink: Sink) -> ModelResponse:
         text: list[str] = []
         calls: dict[int, _Call] = {}
         finish: str | None = None
@@ -255,10 +234,18 @@ class OpenAIClient:
             "POST", self._url, content=body, headers=self._headers
         ) as response:
             if response.status_code >= 400:
-                raise await self._fail(response)
+                raise await read_error(response, model=self._name)
+            if "json" in response.headers.get("content-type", ""):
+                # A server that ignores ``stream`` answers with a whole completion.
+                whole = self._parse_body(await response.aread())
+                if whole.content:
+                    sink(whole.content)
+                return whole
+            event_stream = "event-stream" in response.headers.get("content-type", "")
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
                     continue
+                event_stream = True
                 payload = line[5:].strip()
                 if payload == "[DONE]":
                     # Read on to the end of the body so the connection can be reused.
@@ -280,9 +267,7 @@ class OpenAIClient:
                     piece = delta.get("content")
                     if piece:
                         text.append(piece)
-                        if on_delta is not None:
-                            streamed[0] = True
-                            on_delta(piece)
+                        sink(piece)
                     for frag in delta.get("tool_calls") or ():
                         entry = calls.get(frag.get("index", 0))
                         if entry is None:
@@ -296,6 +281,8 @@ class OpenAIClient:
                             entry.arguments.append(fn["arguments"])
                     if choice.get("finish_reason"):
                         finish = choice["finish_reason"]
+        if not event_stream:  # e.g. a proxy's HTML page under a 200
+            raise malformed(self._name, "the answer is not an event stream")
         if not done and finish is None:
             raise ModelUnavailableError(f"{self._name}: stream ended early", model=self._name)
         return ModelResponse(

@@ -14,13 +14,14 @@ import asyncio
 import inspect
 import itertools
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 DEFAULT_CHUNKS = 4
+MAX_REPEAT_CHUNKS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,8 +255,9 @@ class ScriptedServer:
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
+        chunks: Iterable[dict[str, Any]]
         if isinstance(answer, Fault):
-            chunks = self._fault_chunks(
+            chunks = self.fault_chunks(
                 answer,
                 lambda text: {"choices": [{"index": 0, "delta": {"content": text}}]},
             )
@@ -268,17 +270,22 @@ class ScriptedServer:
                 return await self._cut(request, response)
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionError:
+            self.disconnects += 1  # the client went away: expected, not worth a log line
+        except asyncio.CancelledError:
             self.disconnects += 1
             raise
         return response
 
-    def _fault_chunks(
+    def fault_chunks(
         self, fault: Fault, make: Callable[[str], dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        limit = fault.cut_after if fault.cut_after is not None else 1000
+    ) -> Iterator[dict[str, Any]]:
+        """A faulty stream's chunks, made lazily. Without ``cut_after`` a repeating
+        stream goes on until the client leaves (back-pressure paces it), bounded by
+        ``MAX_REPEAT_CHUNKS``."""
+        limit = fault.cut_after if fault.cut_after is not None else MAX_REPEAT_CHUNKS
         text = fault.repeat or "partial answer "
-        return [make(text) for _ in range(limit)]
+        return (make(text) for _ in range(limit))
 
     async def _cut(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
         """Drop the connection without finishing the stream."""

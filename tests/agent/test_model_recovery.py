@@ -28,6 +28,7 @@ from bot.agent import (
     run,
 )
 from bot.agent.events import CondenseDone, ModelFallback
+from bot.agent.ports import Client
 from bot.agent.testing import ScriptedModel, StaticChain, call, calls, text
 from bot.errors import ContextOverflowError, ModelRequestError, ModelUnavailableError
 
@@ -39,16 +40,29 @@ SUMMARY = "Summary: web-03 CPU at 95% since 10:02."
 class Condenser:
     """A condense function that records what it was given."""
 
-    def __init__(self, *, upto: int | None = None, error: Exception | None = None) -> None:
+    def __init__(
+        self, *, upto: int | None = None, error: Exception | None = None, usage: Usage | None = None
+    ) -> None:
         self.seen: list[list[AnyMessage]] = []
+        self.clients: list[str] = []
         self.upto = upto
         self.error = error
+        self.usage = usage
 
-    async def __call__(self, history: Sequence[AnyMessage]) -> CondenseResult:
+    async def __call__(
+        self,
+        history: Sequence[AnyMessage],
+        *,
+        client: Client,
+        time_left: float | None,
+    ) -> CondenseResult:
         self.seen.append(list(history))
+        self.clients.append(client.name)
         if self.error is not None:
             raise self.error
-        return CondenseResult(upto=self.upto or len(history), summary=SUMMARY)
+        return CondenseResult(
+            upto=self.upto or len(history), summary=SUMMARY, usage=self.usage or Usage()
+        )
 
 
 def chain_config(models: Sequence[ScriptedModel], **kw: Any) -> AgentConfig:
@@ -394,3 +408,22 @@ async def test_three_empty_responses_end_no_action() -> None:
     assert result.stop_reason is StopReason.NO_ACTION
     assert len(model.requests) == 3
     assert result.iterations == 0
+
+
+async def test_condense_uses_the_current_model_and_counts_its_tokens() -> None:
+    """After a switch to the fallback model, condensing asks that model, and the
+    summary's tokens are part of the job's usage."""
+    condense = Condenser(upto=1, usage=Usage(prompt_tokens=500, completion_tokens=50))
+    primary = ScriptedModel([ModelUnavailableError("down")], name="primary")
+    backup = ScriptedModel(
+        [ContextOverflowError("too long"), text("done", usage=Usage(prompt_tokens=10))],
+        name="backup",
+    )
+    config = chain_config([primary, backup], condense=condense)
+
+    result = await run(config)
+
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    assert condense.clients == ["backup"]
+    assert result.usage.prompt_tokens == 510
+    assert result.usage.completion_tokens == 50
