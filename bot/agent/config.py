@@ -66,7 +66,10 @@ class AgentConfig:
     condense_at_tokens: int | None = None  # condense before a call once the prompt is this big
     recovery: RecoveryPolicy = RecoveryPolicy()
     on_event: EventSink | None = None
-    on_checkpoint: Checkpoint | None = None  # after every step's flush, with the state
+    # At the end of every step, with the state. It must make the memory's buffered
+    # appends durable too (a store saves both in one round trip); without it, the loop
+    # calls ``memory.flush()`` itself.
+    on_checkpoint: Checkpoint | None = None
     artifacts: ArtifactStore = field(default_factory=InMemoryArtifacts)
     ledger: Ledger | None = None
     clock: Clock = field(default_factory=LoopClock)

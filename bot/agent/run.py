@@ -141,10 +141,12 @@ class _Run:
             self.history_chars += chars
 
     async def checkpoint(self) -> None:
-        await self.config.memory.flush()
+        """Make the step durable: history appends and, when wanted, the state."""
         self.state.active_time_s = self.active()
         if self.config.on_checkpoint is not None:
-            await self.config.on_checkpoint(self.state)
+            await self.config.on_checkpoint(self.state)  # flushes memory too
+        else:
+            await self.config.memory.flush()
 
     def cancel_reason(self) -> str:
         token = self.config.cancel

@@ -1,0 +1,323 @@
+"""Job state: one business task in a thread, its status and the loop's progress.
+
+A job is a HASH ``{status, fence, data}`` (``data`` is the ``JobRecord`` JSON), so Lua
+can check status and fencing token without parsing JSON. Every write is a
+compare-and-set script: the status must still be what the writer read, and its fencing
+token must not be older than the last writer's, so a process that lost its lease cannot
+overwrite newer state. Which transitions are allowed is decided here, in Python, before
+the script runs:
+
+    queued ──► running ──► awaiting_approval ──(decision)──► running
+                  │                 │
+                  ▼                 ▼
+            completed, incomplete, loop, stalled, no_action, failed, cancelled  (final)
+            limit_iterations, limit_tokens, limit_deadline ──(recorded raise)──► running
+
+Ending a job is atomic with a look at the thread's inject counter: if a reply arrived
+after the loop's last read, the job is not ended and the caller takes the reply in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Literal
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel, ConfigDict, Field
+
+from bot.agent.state import RunState, StopReason
+from bot.store.connection import StoreConflict, translated
+from bot.store.keys import JOB_TTL_S, Keys, Thread
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
+    LIMIT_ITERATIONS = "limit_iterations"
+    LIMIT_TOKENS = "limit_tokens"
+    LIMIT_DEADLINE = "limit_deadline"
+    LOOP = "loop"
+    STALLED = "stalled"
+    NO_ACTION = "no_action"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self not in _LIVE
+
+    @property
+    def limit(self) -> bool:
+        return self in _LIMITS
+
+    @classmethod
+    def of(cls, reason: StopReason) -> JobStatus:
+        return cls(reason.value)
+
+
+_LIVE = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.AWAITING_APPROVAL})
+_LIMITS = frozenset({JobStatus.LIMIT_ITERATIONS, JobStatus.LIMIT_TOKENS, JobStatus.LIMIT_DEADLINE})
+
+Via = Literal["decision", "raise"]
+
+
+def check_transition(old: JobStatus, new: JobStatus, via: Via | None = None) -> None:
+    """Raise ``StoreConflict`` unless ``old → new`` is allowed (``via`` says how)."""
+    ok = False
+    if old is JobStatus.QUEUED:
+        ok = new in (JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED)
+    elif old is JobStatus.RUNNING:
+        ok = new is not JobStatus.QUEUED
+    elif old is JobStatus.AWAITING_APPROVAL:
+        ok = (new is JobStatus.RUNNING and via == "decision") or new in (
+            JobStatus.CANCELLED,
+            JobStatus.FAILED,
+            JobStatus.AWAITING_APPROVAL,
+        )
+    elif old.limit:
+        ok = new is JobStatus.RUNNING and via == "raise"
+    if not ok:
+        how = f" via {via}" if via else ""
+        raise StoreConflict(f"job status {old.value} → {new.value}{how} is not allowed")
+
+
+class JobLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_iterations: int
+    deadline_s: float
+    token_budget: int
+
+
+class LimitRaise(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limit: Literal["iterations", "tokens", "deadline"]
+    amount: float
+    by: str  # Slack user id
+    at: float
+
+
+class JobRecord(BaseModel):
+    """Everything about one job; persisted as JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = 1
+    id: str
+    channel: str
+    thread_ts: str
+    status: JobStatus = JobStatus.QUEUED
+    requester: str
+    request_ts: str | None = None  # the Slack message that started the job
+    created_at: float
+    updated_at: float
+    limits: JobLimits
+    raises: list[LimitRaise] = Field(default_factory=list)
+    progress: RunState = Field(default_factory=RunState)
+    stop_reason: str | None = None
+    error: str | None = None
+    output: str | None = None
+    fence: int = 0  # fencing token of the last writer
+    meta: dict[str, str] = Field(default_factory=dict)  # e.g. the status message ts
+
+    @property
+    def thread(self) -> Thread:
+        return Thread(self.channel, self.thread_ts)
+
+
+# KEYS[1] job hash; ARGV: expected status, fence, new status, data.
+# Returns 1, or an error string naming what did not match.
+_CAS = """
+local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
+if not cur[1] then return 'missing' end
+if cur[1] ~= ARGV[1] then return 'status:' .. cur[1] end
+if tonumber(ARGV[2]) < tonumber(cur[2] or '0') then return 'fence:' .. cur[2] end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'fence', ARGV[2], 'data', ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+# Like _CAS, and only if no reply arrived after the loop's last read.
+# KEYS[2] inject counter; ARGV[6] the counter value the loop has seen.
+_FINISH = """
+local seq = tonumber(redis.call('GET', KEYS[2]) or '0')
+if seq > tonumber(ARGV[6]) then return 'replies:' .. seq end
+local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
+if not cur[1] then return 'missing' end
+if cur[1] ~= ARGV[1] then return 'status:' .. cur[1] end
+if tonumber(ARGV[2]) < tonumber(cur[2] or '0') then return 'fence:' .. cur[2] end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'fence', ARGV[2], 'data', ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+# KEYS: jobs counter, current-job pointer; ARGV: thread prefix of job keys, data template
+# parts. Returns the new job number; the caller builds the id from it.
+_CREATE = """
+local n = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+local id = ARGV[1] .. n
+local key = ARGV[2] .. id
+local data = string.gsub(ARGV[4], '__JOB_ID__', id, 1)
+redis.call('HSET', key, 'status', 'queued', 'fence', '0', 'data', data)
+redis.call('EXPIRE', key, ARGV[3])
+redis.call('SET', KEYS[2], id, 'EX', ARGV[3])
+return n
+"""
+
+
+class Jobs:
+    """Create, read and change jobs; keep the scanner's index of live jobs."""
+
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys, *, now: Callable[[], float] = time.time
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._now = now
+        self._cas = redis.register_script(_CAS)
+        self._finish = redis.register_script(_FINISH)
+        self._create = redis.register_script(_CREATE)
+
+    async def create(
+        self,
+        thread: Thread,
+        *,
+        requester: str,
+        limits: JobLimits,
+        request_ts: str | None = None,
+        meta: dict[str, str] | None = None,
+    ) -> JobRecord:
+        """A new ``queued`` job in the thread, indexed for the scanner."""
+        now = self._now()
+        template = JobRecord(
+            id="__JOB_ID__",
+            channel=thread.channel,
+            thread_ts=thread.thread_ts,
+            requester=requester,
+            request_ts=request_ts,
+            created_at=now,
+            updated_at=now,
+            limits=limits,
+            meta=meta or {},
+        )
+        id_prefix = thread.job_id(0)[:-1]  # "C…:ts:j"
+        key_prefix = self._keys.job(thread.job_id(0))[: -len(thread.job_id(0))]
+        async with translated("job create"):
+            n = await self._create(
+                keys=[self._keys.jobs_counter(thread), self._keys.current_job(thread)],
+                args=[id_prefix, key_prefix, JOB_TTL_S, template.model_dump_json()],
+            )
+            record = template.model_copy(update={"id": thread.job_id(int(n))})
+            await self._redis.zadd(self._keys.active_jobs(), {record.id: now})
+        return record
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        async with translated("job get"):
+            raw = await self._redis.hget(self._keys.job(job_id), "data")
+        return JobRecord.model_validate_json(raw) if raw else None
+
+    async def current(self, thread: Thread) -> JobRecord | None:
+        """The thread's latest job, if any."""
+        async with translated("job current"):
+            job_id = await self._redis.get(self._keys.current_job(thread))
+        return await self.get(str(job_id)) if job_id else None
+
+    def _next(
+        self, record: JobRecord, status: JobStatus, fence: int, **update: object
+    ) -> JobRecord:
+        return record.model_copy(
+            update={"status": status, "fence": fence, "updated_at": self._now(), **update}
+        )
+
+    async def save(
+        self,
+        record: JobRecord,
+        status: JobStatus | None = None,
+        *,
+        fence: int,
+        via: Via | None = None,
+        **update: object,
+    ) -> JobRecord:
+        """Write ``record`` (with ``update``) as ``status``; atomic compare-and-set on the
+        status the caller read and on the fencing token."""
+        new_status = status or record.status
+        if new_status is not record.status:
+            check_transition(record.status, new_status, via)
+        new = self._next(record, new_status, fence, **update)
+        async with translated("job save"):
+            outcome = await self._cas(
+                keys=[self._keys.job(record.id)],
+                args=[
+                    record.status.value,
+                    fence,
+                    new_status.value,
+                    new.model_dump_json(),
+                    JOB_TTL_S,
+                ],
+            )
+        _raise_unless_ok(outcome, record)
+        if new_status.final:
+            await self._unindex(record.id)
+        return new
+
+    async def finish(
+        self,
+        record: JobRecord,
+        status: JobStatus,
+        *,
+        fence: int,
+        inject_seen: int,
+        **update: object,
+    ) -> JobRecord | None:
+        """End the job unless a reply arrived after the loop's last read
+        (``inject_seen``); ``None`` means it did and the job is still ``record.status``."""
+        check_transition(record.status, status)
+        new = self._next(record, status, fence, **update)
+        async with translated("job finish"):
+            outcome = await self._finish(
+                keys=[self._keys.job(record.id), self._keys.inject_seq(record.thread)],
+                args=[
+                    record.status.value,
+                    fence,
+                    status.value,
+                    new.model_dump_json(),
+                    JOB_TTL_S,
+                    inject_seen,
+                ],
+            )
+        if isinstance(outcome, str) and outcome.startswith("replies:"):
+            return None
+        _raise_unless_ok(outcome, record)
+        if status.final:
+            await self._unindex(record.id)
+        return new
+
+    async def _unindex(self, job_id: str) -> None:
+        async with translated("job unindex"):
+            await self._redis.zrem(self._keys.active_jobs(), job_id)
+
+    async def index(self, job_id: str, when: float) -> None:
+        """(Re)schedule the scanner's next look at a live job."""
+        async with translated("job index"):
+            await self._redis.zadd(self._keys.active_jobs(), {job_id: when})
+
+    async def due(self, now: float, limit: int = 100) -> list[str]:
+        """Live jobs the scanner should look at (their next-check time has passed)."""
+        async with translated("job due"):
+            ids = await self._redis.zrangebyscore(
+                self._keys.active_jobs(), "-inf", now, start=0, num=limit
+            )
+        return [str(i) for i in ids]
+
+
+def _raise_unless_ok(outcome: object, record: JobRecord) -> None:
+    if outcome == 1:
+        return
+    raise StoreConflict(f"job {record.id} not written: {outcome} (read {record.status.value})")

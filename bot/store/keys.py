@@ -1,0 +1,122 @@
+"""Every Redis key and TTL, built from one prefix.
+
+The keys of one thread share a hash tag (``opsloop:{C123:1700000000.000100}:…``) so
+that every multi-key script touches a single Redis Cluster slot. A job id embeds its
+thread (``C123:1700000000.000100:j3``), so a job's keys carry the same tag. The few
+process-wide indexes (active jobs, approval expiries) are separate keys that scripts
+never touch together with thread keys; they are hints that the scanner re-checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "opsloop:"
+
+HISTORY_TTL_S = 30 * 24 * 3600  # a thread "holds a conversation" for 30 days
+TRACE_TTL_S = 30 * 24 * 3600
+ARTIFACT_TTL_S = 7 * 24 * 3600
+EVENT_DEDUPE_TTL_S = 2 * 3600  # at least 1 h: Slack retries within minutes
+JOB_TTL_S = 30 * 24 * 3600  # finished jobs are kept as long as their history
+LEASE_TTL_MS = 15_000
+LEASE_RENEW_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """A conversation: one Slack thread."""
+
+    channel: str
+    thread_ts: str
+
+    @property
+    def tag(self) -> str:
+        return f"{{{self.channel}:{self.thread_ts}}}"
+
+    def job_id(self, n: int) -> str:
+        return f"{self.channel}:{self.thread_ts}:j{n}"
+
+
+def thread_of(job_id: str) -> Thread:
+    """The thread a job id belongs to (``C123:1700000000.000100:j3``)."""
+    channel, thread_ts, _ = job_id.rsplit(":", 2)
+    return Thread(channel, thread_ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = DEFAULT_PREFIX
+
+    def _t(self, thread: Thread, name: str) -> str:
+        return f"{self.prefix}{thread.tag}:{name}"
+
+    # -- per thread --------------------------------------------------------------
+    def history(self, thread: Thread) -> str:
+        """LIST of message JSON, append-only (the originals)."""
+        return self._t(thread, "history")
+
+    def history_view(self, thread: Thread) -> str:
+        """STRING JSON: the condensed view's summary and how many originals it covers."""
+        return self._t(thread, "history:view")
+
+    def lease(self, thread: Thread) -> str:
+        """STRING ``owner:fence`` with a TTL: who runs this thread's job."""
+        return self._t(thread, "lease")
+
+    def fence(self, thread: Thread) -> str:
+        """STRING counter of fencing tokens."""
+        return self._t(thread, "fence")
+
+    def jobs_counter(self, thread: Thread) -> str:
+        return self._t(thread, "jobs")
+
+    def current_job(self, thread: Thread) -> str:
+        """STRING id of the thread's latest job."""
+        return self._t(thread, "job")
+
+    def inject(self, thread: Thread) -> str:
+        """STREAM of replies waiting to enter the conversation."""
+        return self._t(thread, "inject")
+
+    def inject_seen(self, thread: Thread) -> str:
+        """HASH Slack message ts → stream id: receipt is idempotent by ts."""
+        return self._t(thread, "inject:seen")
+
+    def inject_seq(self, thread: Thread) -> str:
+        """STRING counter of receipts, compared when a job ends."""
+        return self._t(thread, "inject:seq")
+
+    # -- per job (same hash tag as its thread) ----------------------------------
+    def job(self, job_id: str) -> str:
+        """HASH: status, fence, data (the JobRecord JSON)."""
+        return self._t(thread_of(job_id), f"job:{job_id}")
+
+    def approval(self, job_id: str, call_id: str) -> str:
+        return self._t(thread_of(job_id), f"approval:{job_id}:{call_id}")
+
+    def ledger(self, job_id: str) -> str:
+        """HASH idempotency key → entry JSON."""
+        return self._t(thread_of(job_id), f"ledger:{job_id}")
+
+    def trace(self, job_id: str) -> str:
+        """LIST of trace entry JSON."""
+        return self._t(thread_of(job_id), f"trace:{job_id}")
+
+    def artifact(self, job_id: str, ref: str) -> str:
+        return self._t(thread_of(job_id), f"artifact:{ref}")
+
+    # -- process-wide -----------------------------------------------------------
+    def active_jobs(self) -> str:
+        """ZSET job id → when to look at it next (lease expiry), for the scanner."""
+        return f"{self.prefix}index:active"
+
+    def approval_expiries(self) -> str:
+        """ZSET ``job_id|call_id`` → expiry time, for the scanner."""
+        return f"{self.prefix}index:approvals"
+
+    def event(self, event_id: str) -> str:
+        return f"{self.prefix}event:{event_id}"
+
+    def message(self, channel: str, ts: str) -> str:
+        """Dedupe of one Slack message arriving as ``app_mention`` and as ``message``."""
+        return f"{self.prefix}msg:{channel}:{ts}"
