@@ -508,17 +508,23 @@ class _Run:
                 {t.name for t in self.config.tools},
                 id_prefix=f"recovered_{self.state.iterations}",
             )
-            if recovered is not None:
-                return recovered
-            return response
-        seen: set[str] = set()
+            if recovered is None:
+                return response
+            response = recovered
+        # Call ids key approvals and the write ledger: unique within the whole job.
+        seen = set(self.state.call_ids)
         fixed: list[ToolCall] = []
         changed = False
         for n, call in enumerate(response.tool_calls):
             if not call.id or call.id in seen:
-                call = call.model_copy(update={"id": f"call_{self.state.iterations}_{n}"})
+                fresh, k = f"call_{self.state.iterations}_{n}", 0
+                while fresh in seen:
+                    k += 1
+                    fresh = f"call_{self.state.iterations}_{n}_{k}"
+                call = call.model_copy(update={"id": fresh})
                 changed = True
             seen.add(call.id)
+            self.state.call_ids.append(call.id)
             fixed.append(call)
         return response.model_copy(update={"tool_calls": tuple(fixed)}) if changed else response
 

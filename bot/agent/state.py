@@ -72,6 +72,7 @@ class RunState(BaseModel):
     model: str | None = None  # the model that gave the latest response
     switches: list[str] = Field(default_factory=list)  # "from -> to: why", one per switch
     tools_used: list[str] = Field(default_factory=list)
+    call_ids: list[str] = Field(default_factory=list)  # every tool call id of the job
     # Token reservation: the last request's prompt size and what was added since.
     last_prompt_tokens: int = 0
     last_cached_tokens: int = 0

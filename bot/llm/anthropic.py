@@ -324,14 +324,14 @@ class AnthropicClient:
             raise malformed(self._name, "no content blocks")
         text: list[str] = []
         calls: list[ToolCall] = []
-        for n, block in enumerate(content):
+        for block in content:
             kind = block.get("type")
             if kind == "text":
                 text.append(str(block.get("text") or ""))
             elif kind == "tool_use":
                 calls.append(
                     ToolCall(
-                        id=str(block.get("id") or f"toolu_{n}"),
+                        id=str(block.get("id") or ""),  # the core assigns one
                         name=str(block.get("name") or ""),
                         arguments=dumps(block.get("input") or {}),
                     )
@@ -372,13 +372,11 @@ class AnthropicClient:
         if not state.done:
             raise ModelUnavailableError(f"{self._name}: stream ended early", model=self._name)
         calls = []
-        for index, block in sorted(state.blocks.items()):
+        for _, block in sorted(state.blocks.items()):
             if block.kind != "tool_use":
                 continue
             arguments = "".join(block.json) or (dumps(block.input) if block.input else "{}")
-            calls.append(
-                ToolCall(id=block.id or f"toolu_{index}", name=block.name, arguments=arguments)
-            )
+            calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
         return ModelResponse(
             content="".join(state.text) or None,
             tool_calls=tuple(calls),

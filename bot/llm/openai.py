@@ -202,14 +202,14 @@ class OpenAIClient:
             raise malformed(self._name, "no choices")
         message = choices[0].get("message") or {}
         calls = []
-        for n, raw in enumerate(message.get("tool_calls") or ()):
+        for raw in message.get("tool_calls") or ():
             fn = raw.get("function") or {}
             args = fn.get("arguments")
             if not isinstance(args, str):  # some servers send an object
                 args = dumps(args) if args is not None else "{}"
             calls.append(
                 ToolCall(
-                    id=str(raw.get("id") or f"call_{n}"),
+                    id=str(raw.get("id") or ""),  # the core assigns one
                     name=str(fn.get("name") or ""),
                     arguments=args,
                 )
@@ -288,9 +288,7 @@ class OpenAIClient:
         return ModelResponse(
             content="".join(text) or None,
             tool_calls=tuple(
-                ToolCall(
-                    id=c.id or f"call_{i}", name=c.name, arguments="".join(c.arguments) or "{}"
-                )
+                ToolCall(id=c.id, name=c.name, arguments="".join(c.arguments) or "{}")
                 for i, c in sorted(calls.items())
             ),
             usage=usage or Usage(),

@@ -95,13 +95,19 @@ class Leases:
 
 class LeaseKeeper:
     """Renews a held lease every ``LEASE_RENEW_S`` until stopped; ``lost`` is set when a
-    renewal finds the lease gone or taken (the job must stop writing)."""
+    renewal finds the lease gone or taken (the job must stop writing).
+
+    Stopping never cancels a renewal in flight (redis-py does not survive being
+    cancelled mid-command on Python 3.11): it asks the loop to end and waits for it,
+    which takes at most one command's socket timeout.
+    """
 
     def __init__(self, leases: Leases, lease: Lease, *, every_s: float = LEASE_RENEW_S) -> None:
         self.leases = leases
         self.lease = lease
         self.every_s = every_s
         self.lost = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LeaseKeeper:
@@ -109,16 +115,20 @@ class LeaseKeeper:
         return self
 
     async def __aexit__(self, *_: object) -> None:
+        self._stopping.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task
         with contextlib.suppress(StoreError):
             await self.leases.release(self.lease)
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.every_s)
+        while not self._stopping.is_set():
+            try:
+                async with asyncio.timeout(self.every_s):
+                    await self._stopping.wait()
+                return
+            except TimeoutError:
+                pass
             try:
                 still = await self.leases.renew(self.lease)
             except StoreError:

@@ -21,8 +21,7 @@ from bot.store.history import RedisHistory
 from bot.store.jobs import JobRecord
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, TRACE_TTL_S, Keys
 from bot.store.lease import Lease
-
-MAX_TRACE_ENTRIES = 10_000
+from bot.store.trace import MAX_TRACE_ENTRIES, TraceRecorder
 
 # KEYS: job hash, history list, trace list.
 # ARGV: expected status, fence, data, job ttl, history ttl, trace ttl, max trace,
@@ -59,7 +58,7 @@ class JobSession:
         lease: Lease,
         history: RedisHistory,
         *,
-        trace: Callable[[], list[str]] | None = None,
+        trace: TraceRecorder | None = None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._redis = redis
@@ -74,7 +73,7 @@ class JobSession:
     async def checkpoint(self, state: RunState) -> None:
         """Make the step durable (the core's ``on_checkpoint``)."""
         items = self.history.drain()
-        traces = self._trace() if self._trace is not None else []
+        traces = self._trace.drain() if self._trace is not None else []
         record = self.record.model_copy(
             update={"progress": state, "updated_at": self._now(), "fence": self.lease.fence}
         )
@@ -100,9 +99,14 @@ class JobSession:
                     ],
                 )
         except BaseException:
-            self.history.restore(items)
+            self._put_back(items, traces)
             raise
         if outcome != 1:
-            self.history.restore(items)
+            self._put_back(items, traces)
             raise StoreConflict(f"job {record.id} checkpoint refused: {outcome}")
         self.record = record
+
+    def _put_back(self, items: list[str], traces: list[str]) -> None:
+        self.history.restore(items)
+        if self._trace is not None:
+            self._trace.put_back(traces)

@@ -16,6 +16,7 @@ from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
 from bot.store.lease import Leases
 from bot.store.session import JobSession
+from bot.store.trace import TraceRecorder
 from tests.agent.conftest import echo_tool, make_config
 
 LIMITS = JobLimits(max_iterations=4, deadline_s=600, token_budget=100_000)
@@ -36,7 +37,9 @@ async def session_for(
     running = await jobs.save(job, JobStatus.RUNNING, fence=lease.fence)
     history = RedisHistory(redis, keys, job.thread)
     await history.history()
-    return JobSession(redis, keys, running, lease, history, trace=lambda: traces.copy())
+    recorder = TraceRecorder(job.id)
+    recorder.put_back(traces)
+    return JobSession(redis, keys, running, lease, history, trace=recorder)
 
 
 async def test_checkpoint_writes_history_state_and_trace_together(

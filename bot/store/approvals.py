@@ -1,0 +1,337 @@
+"""Approvals: one record per call waiting for a human, and its one-time decision.
+
+An approval is a HASH under the job's thread tag::
+
+    status      pending | approved | denied | expired | cancelled
+    args_hash   the canonical-arguments hash the card was made for
+    expires_at  epoch seconds (``repr`` of a float)
+    data        JSON of the parts fixed at creation (``ApprovalRecord`` minus the fields below)
+    card_ts     the card's message ts, once posted
+    decided_by  the raw Slack user id of whoever decided (absent for a decision by no one)
+    decided_at  epoch seconds
+
+The fields that change are plain hash fields and ``data`` never changes, so the Lua
+that decides reads and writes strings only (no cjson, no float re-encoding) and a
+card-ts write can never be lost to a concurrent decision. ``get`` merges the two.
+
+``decide`` is the atomic pending → decided transition: of any number of concurrent
+calls exactly one wins; the others get the record as it is (so the clicker can be told
+who was first). The process-wide expiry index (a ZSET of ``job_id|call_id``) is kept
+with separate commands, never in a script with thread keys (Redis Cluster slots): it is
+a hint that may hold stale members, which ``decide`` removes when it meets them.
+
+Who may decide (approver policy, two-person rule) is the Slack layer's business, not
+this module's; it only guarantees one decision, bound to the card's arguments hash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel, ConfigDict
+
+from bot.agent.ports import Approved, Denied
+from bot.errors import StoreError
+from bot.store.connection import translated
+from bot.store.keys import Keys
+
+log = logging.getLogger(__name__)
+
+APPROVAL_RETENTION_S = 30 * 24 * 3600
+"""How long a record outlives its expiry (traces and late clicks can still name it)."""
+
+Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
+Outcome = Literal["approved", "denied", "expired", "cancelled"]
+
+REFUSED_EXPIRED = "this approval has expired"
+REFUSED_STALE = "the card no longer matches the call"
+REFUSED_EARLY = "this approval has not expired yet"
+
+# Slack user ids (``U…``, ``W…`` on Enterprise Grid): ``confirmed_by`` is always the raw
+# id, never a mention such as ``<@U123>``.
+_USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
+_MUTABLE = frozenset({"status", "card_ts", "decided_by", "decided_at"})
+_INDEX_SEP = "|"  # job ids contain ':' but never '|'
+
+
+class ApprovalRecord(BaseModel):
+    """A call waiting for (or given) a human decision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = 1
+    job_id: str
+    call_id: str
+    tool: str
+    category: Literal["mutating", "destructive"]
+    args_hash: str
+    arguments: dict[str, object]
+    reason: str | None = None  # the assistant text that came with the call
+    dry_run_output: str | None = None
+    requester: str  # Slack user id of whoever started the job
+    channel: str
+    thread_ts: str
+    requested_at: float
+    expires_at: float
+    card_ts: str | None = None
+    status: Status = "pending"
+    decided_by: str | None = None
+    decided_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecideResult:
+    """What ``decide`` did: ``won`` the transition, or was refused and why.
+
+    ``record`` is the stored record after the attempt: the new decision when won, the
+    earlier one (naming who decided) when refused.
+    """
+
+    won: bool
+    record: ApprovalRecord
+    refusal: str | None = None
+
+
+# KEYS[1] approval hash. ARGV: args_hash, expires_at, data, ttl seconds, card ts ('' = none).
+# Returns 1 if created, else the existing hash as a flat field/value list.
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('HGETALL', KEYS[1])
+end
+redis.call('HSET', KEYS[1], 'status', 'pending', 'args_hash', ARGV[1],
+           'expires_at', ARGV[2], 'data', ARGV[3])
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'card_ts', ARGV[5])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+# KEYS[1] approval hash. ARGV: outcome, decided_by ('' = none), args_hash ('' = any), now.
+# Returns {verdict, field, value, ...}; verdict is won | decided | expired | stale | early,
+# or {'missing'} when there is no record.
+_DECIDE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'missing'}
+end
+local outcome, by, want, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local verdict = 'won'
+local expires_at = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
+  verdict = 'decided'
+elseif (outcome == 'approved' or outcome == 'denied') and now >= expires_at then
+  verdict = 'expired'
+elseif want ~= '' and want ~= redis.call('HGET', KEYS[1], 'args_hash') then
+  verdict = 'stale'
+elseif outcome == 'expired' and now < expires_at then
+  verdict = 'early'
+else
+  redis.call('HSET', KEYS[1], 'status', outcome, 'decided_at', ARGV[4])
+  if by ~= '' then
+    redis.call('HSET', KEYS[1], 'decided_by', by)
+  end
+end
+local out = redis.call('HGETALL', KEYS[1])
+table.insert(out, 1, verdict)
+return out
+"""
+
+# KEYS[1] approval hash. ARGV: card ts. Returns 1 if the record exists.
+_SET_CARD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'card_ts', ARGV[1])
+return 1
+"""
+
+
+def _pairs(flat: list[str]) -> dict[str, str]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _from_hash(fields: dict[str, str]) -> ApprovalRecord:
+    """The record from its hash: ``data`` plus the fields that change."""
+    try:
+        data = json.loads(fields["data"])
+        data["status"] = fields["status"]
+        data["card_ts"] = fields.get("card_ts") or None
+        data["decided_by"] = fields.get("decided_by") or None
+        raw_at = fields.get("decided_at")
+        data["decided_at"] = float(raw_at) if raw_at else None
+        return ApprovalRecord.model_validate(data)
+    except (KeyError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise StoreError(f"corrupt approval record: {exc}") from exc
+
+
+def _check_user(by: str) -> None:
+    if not _USER_ID.match(by):
+        raise ValueError(f"not a raw Slack user id: {by!r}")
+
+
+def refusal_text(record: ApprovalRecord) -> str:
+    """Why a decided record takes no further decision, e.g. ``already approved by <@U1>``."""
+    by = f" by <@{record.decided_by}>" if record.decided_by else ""
+    if record.status == "expired":
+        return "already expired"
+    return f"already {record.status}{by}"
+
+
+def index_member(job_id: str, call_id: str) -> str:
+    return f"{job_id}{_INDEX_SEP}{call_id}"
+
+
+def parse_index_member(member: str) -> tuple[str, str]:
+    job_id, _, call_id = member.partition(_INDEX_SEP)
+    return job_id, call_id
+
+
+class Approvals:
+    """Create, read and decide approvals; list the ones past their expiry."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._create = redis.register_script(_CREATE)
+        self._decide = redis.register_script(_DECIDE)
+        self._set_card = redis.register_script(_SET_CARD)
+
+    async def create(self, record: ApprovalRecord) -> ApprovalRecord:
+        """Store a pending approval, unless one exists for the call; return the stored one.
+
+        A second create for the same call changes nothing and returns the first record
+        (a resumed job asking again gets the card it already has).
+        """
+        if record.status != "pending" or record.decided_by or record.decided_at is not None:
+            raise ValueError("a new approval must be pending and undecided")
+        key = self._keys.approval(record.job_id, record.call_id)
+        member = index_member(record.job_id, record.call_id)
+        data = record.model_dump_json(exclude=set(_MUTABLE))
+        ttl = max(1, math.ceil(record.expires_at - record.requested_at)) + APPROVAL_RETENTION_S
+        async with translated("approval create"):
+            # The hint first: a crash before the record leaves a stale member, which the
+            # scanner drops; the other order could leave a card nobody ever expires.
+            await self._redis.zadd(
+                self._keys.approval_expiries(), {member: record.expires_at}, nx=True
+            )
+            stored = await self._create(
+                keys=[key],
+                args=[record.args_hash, repr(record.expires_at), data, ttl, record.card_ts or ""],
+            )
+        if not isinstance(stored, list):
+            return record
+        existing = _from_hash(_pairs(stored))
+        await self._reindex(existing)
+        return existing
+
+    async def get(self, job_id: str, call_id: str) -> ApprovalRecord | None:
+        async with translated("approval get"):
+            fields = await self._redis.hgetall(self._keys.approval(job_id, call_id))
+        return _from_hash({str(k): str(v) for k, v in fields.items()}) if fields else None
+
+    async def set_card(self, job_id: str, call_id: str, ts: str) -> bool:
+        """Remember the card's message ts; ``False`` if there is no such approval."""
+        async with translated("approval set card"):
+            done = await self._set_card(keys=[self._keys.approval(job_id, call_id)], args=[ts])
+        return bool(done)
+
+    async def decide(
+        self,
+        job_id: str,
+        call_id: str,
+        *,
+        outcome: Outcome,
+        by: str | None,
+        args_hash: str | None,
+        now: float,
+    ) -> DecideResult | None:
+        """Move a pending approval to ``outcome``; exactly one concurrent caller wins.
+
+        ``by`` is the deciding user's raw Slack id (required to approve or deny).
+        ``args_hash``, when given, must equal the stored one (the card binds to the
+        call). Approve and deny are refused from ``expires_at`` on; ``expired`` only
+        from then. ``None`` when there is no such approval (a forged or very old card).
+        """
+        if outcome in ("approved", "denied") and not by:
+            raise ValueError(f"{outcome} needs the deciding user")
+        if by:
+            _check_user(by)
+        async with translated("approval decide"):
+            reply = await self._decide(
+                keys=[self._keys.approval(job_id, call_id)],
+                args=[outcome, by or "", args_hash or "", repr(float(now))],
+            )
+        verdict, fields = reply[0], _pairs(reply[1:])
+        if verdict == "missing":
+            await self._unindex(job_id, call_id)
+            return None
+        record = _from_hash(fields)
+        if record.status != "pending":
+            await self._unindex(job_id, call_id)
+        match verdict:
+            case "won":
+                return DecideResult(won=True, record=record)
+            case "decided":
+                return DecideResult(won=False, record=record, refusal=refusal_text(record))
+            case "expired":
+                return DecideResult(won=False, record=record, refusal=REFUSED_EXPIRED)
+            case "stale":
+                return DecideResult(won=False, record=record, refusal=REFUSED_STALE)
+            case "early":
+                return DecideResult(won=False, record=record, refusal=REFUSED_EARLY)
+        raise StoreError(f"approval decide: unexpected verdict {verdict!r}")
+
+    async def due(self, now: float, limit: int = 100) -> list[tuple[str, str]]:
+        """``(job_id, call_id)`` of approvals whose expiry has come, oldest first.
+
+        A hint: the scanner calls ``decide(outcome="expired")``, which refuses (and
+        drops the hint) if the approval was decided meanwhile.
+        """
+        async with translated("approval due"):
+            members = await self._redis.zrangebyscore(
+                self._keys.approval_expiries(), "-inf", now, start=0, num=limit
+            )
+        return [parse_index_member(str(m)) for m in members]
+
+    async def _reindex(self, record: ApprovalRecord) -> None:
+        """Make the index agree with a record found by a repeated ``create``."""
+        member = index_member(record.job_id, record.call_id)
+        if record.status != "pending":
+            await self._unindex(record.job_id, record.call_id)
+            return
+        async with translated("approval index"):
+            await self._redis.zadd(self._keys.approval_expiries(), {member: record.expires_at})
+
+    async def _unindex(self, job_id: str, call_id: str) -> None:
+        """Best effort: the decision already stands; a leftover hint is dropped later."""
+        try:
+            async with translated("approval unindex"):
+                await self._redis.zrem(
+                    self._keys.approval_expiries(), index_member(job_id, call_id)
+                )
+        except StoreError:
+            log.warning("could not drop the expiry hint of %s/%s", job_id, call_id, exc_info=True)
+
+
+def to_decision(record: ApprovalRecord) -> Approved | Denied:
+    """The core's view of a decided approval; ``ValueError`` while it is still pending."""
+    by = record.decided_by
+    match record.status:
+        case "approved":
+            if not by:
+                raise ValueError("an approval without an approver")
+            return Approved(confirmed_by=by, tool=record.tool, args_hash=record.args_hash)
+        case "denied":
+            return Denied(reason=f"denied by <@{by}>" if by else "denied")
+        case "expired":
+            return Denied(reason="approval expired")
+        case "cancelled":
+            return Denied(reason=f"cancelled by <@{by}>" if by else "cancelled")
+        case "pending":
+            raise ValueError("the approval is still pending")

@@ -1,0 +1,112 @@
+"""Full tool outputs behind the bounded observations, kept for ``ARTIFACT_TTL_S``.
+
+The agent core cuts a long tool output for the model and stores the whole of it here
+(``ArtifactStore``); the note the model sees quotes the reference. A reference reads
+``artifact:<job_id>:<call_id>:<suffix>``: it holds the job id, so it leads back to its key
+(under the job's thread hash tag) with no index, and the random suffix, claimed with
+``SET NX``, keeps two outputs of the same call (a retry, a resumed job) apart.
+
+An artifact is capped at ``MAX_ARTIFACT_BYTES`` of UTF-8: beyond that the head is kept
+with a note of the full size.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+
+from bot.errors import StoreError
+from bot.store.connection import translated
+from bot.store.keys import ARTIFACT_TTL_S, Keys
+
+REF_PREFIX = "artifact:"
+MAX_ARTIFACT_BYTES = 5 * 1024 * 1024
+_CLAIM_ATTEMPTS = 5
+
+
+def random_suffix() -> str:
+    """Eight hex digits: short enough to quote, rarely taken (``put`` retries if so)."""
+    return secrets.token_hex(4)
+
+
+def make_ref(job_id: str, call_id: str, suffix: str) -> str:
+    """``artifact:<job_id>:<call_id>:<suffix>``."""
+    return f"{REF_PREFIX}{job_id}:{call_id}:{suffix}"
+
+
+def parse_ref(ref: str) -> tuple[str, str] | None:
+    """``(job_id, ref body)`` of a reference, or None if it is not one of ours.
+
+    A job id is ``channel:thread_ts:jN``, so its three parts come first; the suffix is
+    last and the call id, whatever it contains, is what lies between.
+    """
+    if not ref.startswith(REF_PREFIX):
+        return None
+    body = ref[len(REF_PREFIX) :]
+    parts = body.split(":", 3)
+    if len(parts) != 4 or not all(parts[:3]):
+        return None
+    call_id, sep, suffix = parts[3].rpartition(":")
+    if not sep or not call_id or not suffix:
+        return None
+    return ":".join(parts[:3]), body
+
+
+def capped(text: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> bytes:
+    """``text`` as UTF-8 within ``max_bytes``; a cut one ends with a note of its size.
+
+    Characters UTF-8 cannot encode (lone surrogates) become ``?`` rather than failing.
+    """
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= max_bytes:
+        return data
+    note = (
+        f"\n[artifact cut: {len(text)} chars ({len(data)} bytes) in all;"
+        f" the head, up to {max_bytes} bytes with this note, is kept]"
+    ).encode()
+    head = data[: max(max_bytes - len(note), 0)]
+    # The cut may split a character: drop its partial bytes.
+    head = head.decode("utf-8", errors="ignore").encode()
+    return head + note
+
+
+class RedisArtifacts:
+    """``ArtifactStore`` in Redis; ``get`` reads an artifact back by its reference."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        *,
+        ttl_s: int = ARTIFACT_TTL_S,
+        max_bytes: int = MAX_ARTIFACT_BYTES,
+        suffix: Callable[[], str] = random_suffix,
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._ttl_s = ttl_s
+        self._max_bytes = max_bytes
+        self._suffix = suffix
+
+    async def put(self, job_id: str, call_id: str, text: str) -> str:
+        """Store ``text`` (capped) for ``ARTIFACT_TTL_S``; a new reference each time."""
+        data = capped(text, self._max_bytes)
+        async with translated("artifact put"):
+            for _ in range(_CLAIM_ATTEMPTS):
+                ref = make_ref(job_id, call_id, self._suffix())
+                key = self._keys.artifact(job_id, ref[len(REF_PREFIX) :])
+                if await self._redis.set(key, data, nx=True, ex=self._ttl_s):
+                    return ref
+        raise StoreError(f"no free artifact reference for {job_id}:{call_id}")
+
+    async def get(self, ref: str) -> str | None:
+        """The artifact's text, or None if it expired or ``ref`` is not a reference."""
+        parsed = parse_ref(ref.strip())
+        if parsed is None:
+            return None
+        job_id, body = parsed
+        async with translated("artifact get"):
+            value: str | bytes | None = await self._redis.get(self._keys.artifact(job_id, body))
+        return value.decode() if isinstance(value, bytes) else value

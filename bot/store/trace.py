@@ -1,0 +1,335 @@
+"""A job's trace: every model call and tool attempt with timings, usage, decisions and
+how the run ended, kept in Redis for ``TRACE_TTL_S`` after the last write.
+
+``TraceRecorder`` is the run's event sink. It turns core events into ``TraceEntry`` JSON
+and only buffers them: the job session's checkpoint takes them with ``drain()`` and
+appends them in the same round trip as history and state (see ``queue_append`` for the
+commands), so tracing adds no round trip to the hot path. ``flush`` writes the buffer on
+its own, for runs without such a checkpoint. Stream deltas are not traced (one per few
+characters would drown the rest).
+
+A trace is bounded twice: each free-text field to ``MAX_TEXT_CHARS`` and the list to the
+last ``MAX_TRACE_ENTRIES`` entries (``LTRIM`` on every append).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Annotated, Literal, assert_never
+
+import redis.asyncio as aioredis
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from redis.asyncio.client import Pipeline
+
+from bot.agent.events import (
+    ApprovalRequested,
+    CondenseDone,
+    CondenseFailed,
+    Event,
+    InjectedMessages,
+    LimitReached,
+    ModelFallback,
+    ModelRequestEnd,
+    ModelRequestStart,
+    RunEnd,
+    StreamDelta,
+    ToolEnd,
+    ToolStart,
+)
+from bot.agent.messages import Usage
+from bot.agent.state import StopReason
+from bot.errors import StoreError
+from bot.store.connection import translated
+from bot.store.keys import TRACE_TTL_S, Keys
+
+log = logging.getLogger(__name__)
+
+MAX_TEXT_CHARS = 2_000
+MAX_TRACE_ENTRIES = 10_000
+MAX_INJECT_IDS = 100
+TRACE_SCHEMA_VERSION = 1
+
+
+def bound_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` within ``limit`` chars; a cut one ends with a note of its full size."""
+    if len(text) <= limit:
+        return text
+    note = f"… [{len(text)} chars]"
+    return text[: max(limit - len(note), 0)] + note
+
+
+BoundedText = Annotated[str, AfterValidator(bound_text)]
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = TRACE_SCHEMA_VERSION
+    at: float  # epoch seconds when the recorder saw the event
+
+
+class ModelCallEntry(_Entry):
+    """One model request, successful or not (``usage`` is None when it failed)."""
+
+    kind: Literal["model_call"] = "model_call"
+    iteration: int
+    model: str
+    attempt: int | None = None
+    duration_s: float
+    usage: Usage | None = None
+    tool_calls: int = 0
+    error: BoundedText | None = None
+
+
+class ToolEntry(_Entry):
+    """One tool call: run (``ran``) or refused before running (unknown, invalid, denied)."""
+
+    kind: Literal["tool"] = "tool"
+    call_id: str
+    tool: str
+    ran: bool
+    is_error: bool
+    duration_s: float
+    output_chars: int
+    dry_run: bool = False
+    confirmed_by: str | None = None  # the Slack user id that approved the call
+    arguments: BoundedText | None = None  # canonical JSON, when the call started
+
+
+class ApprovalEntry(_Entry):
+    """The run paused to ask a human about a call."""
+
+    kind: Literal["approval"] = "approval"
+    call_id: str
+    tool: str
+    args_hash: str
+
+
+class InjectEntry(_Entry):
+    """Replies taken into the conversation at the start of an iteration."""
+
+    kind: Literal["inject"] = "inject"
+    count: int
+    ids: list[str] = Field(default_factory=list)  # the first MAX_INJECT_IDS
+
+
+class FallbackEntry(_Entry):
+    """The run moved to the next model of the chain."""
+
+    kind: Literal["fallback"] = "fallback"
+    model: str
+    to_model: str
+    error: BoundedText
+
+
+class LimitEntry(_Entry):
+    kind: Literal["limit"] = "limit"
+    stop_reason: StopReason
+    detail: BoundedText
+
+
+class CondenseEntry(_Entry):
+    """The history was condensed (``replaced`` messages) or condensing failed (``error``)."""
+
+    kind: Literal["condense"] = "condense"
+    replaced: int | None = None
+    error: BoundedText | None = None
+
+
+class EndEntry(_Entry):
+    """The run ended or paused; totals are the job's so far."""
+
+    kind: Literal["end"] = "end"
+    stop_reason: StopReason
+    error: BoundedText | None = None
+    iterations: int
+    model_calls: int
+    tool_executions: int
+    usage: Usage
+    model: str | None = None
+    pending_call_id: str | None = None  # the call awaiting approval, if paused
+
+
+TraceEntry = Annotated[
+    ModelCallEntry
+    | ToolEntry
+    | ApprovalEntry
+    | InjectEntry
+    | FallbackEntry
+    | LimitEntry
+    | CondenseEntry
+    | EndEntry,
+    Field(discriminator="kind"),
+]
+_ADAPTER: TypeAdapter[TraceEntry] = TypeAdapter(TraceEntry)
+
+
+def parse_entry(raw: str | bytes) -> TraceEntry:
+    """One stored entry; raises ``pydantic.ValidationError`` when it is not one."""
+    return _ADAPTER.validate_json(raw)
+
+
+def dump_entry(entry: TraceEntry) -> str:
+    return entry.model_dump_json(exclude_none=True)
+
+
+class TraceRecorder:
+    """An event sink that turns a run's events into buffered trace entries (no I/O)."""
+
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_entries: int = MAX_TRACE_ENTRIES,
+    ) -> None:
+        self.job_id = job_id
+        self._clock = clock
+        self._buffer: deque[str] = deque(maxlen=max_entries)
+        self._attempt: int | None = None
+        self._arguments: dict[str, str] = {}  # call id → arguments, from ToolStart to ToolEnd
+
+    def __call__(self, event: Event) -> None:
+        entry = self._entry(event)
+        if entry is not None:
+            self._buffer.append(dump_entry(entry))
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+    def drain(self) -> list[str]:
+        """The buffered entries (JSON), oldest first; the buffer is left empty."""
+        entries = list(self._buffer)
+        self._buffer.clear()
+        return entries
+
+    def put_back(self, entries: Sequence[str]) -> None:
+        """Return drained entries whose write failed, ahead of any newer ones."""
+        self._buffer = deque([*entries, *self._buffer], maxlen=self._buffer.maxlen)
+
+    async def flush(self, redis: aioredis.Redis, keys: Keys) -> int:
+        """Append the buffer to the job's trace in one round trip; how many were written.
+
+        On a store error the entries stay buffered for the next flush or drain.
+        """
+        entries = self.drain()
+        if not entries:
+            return 0
+        try:
+            async with translated("trace flush"):
+                async with redis.pipeline(transaction=True) as pipe:
+                    queue_append(pipe, keys, self.job_id, entries)
+                    await pipe.execute()
+        except StoreError:
+            self.put_back(entries)
+            raise
+        return len(entries)
+
+    def _entry(self, event: Event) -> TraceEntry | None:
+        match event:
+            case StreamDelta():
+                return None
+            case ModelRequestStart():
+                self._attempt = event.attempt
+                return None
+            case ToolStart():
+                args = json.dumps(event.arguments, sort_keys=True, ensure_ascii=False, default=str)
+                self._arguments[event.call_id] = bound_text(args)
+                return None
+            case ModelRequestEnd():
+                return ModelCallEntry(
+                    at=self._clock(),
+                    iteration=event.iteration,
+                    model=event.model,
+                    attempt=self._attempt,
+                    duration_s=_secs(event.duration_s),
+                    usage=event.usage,
+                    tool_calls=event.tool_calls,
+                    error=event.error,
+                )
+            case ToolEnd():
+                return ToolEntry(
+                    at=self._clock(),
+                    call_id=event.call_id,
+                    tool=event.tool,
+                    ran=event.ran,
+                    is_error=event.is_error,
+                    duration_s=_secs(event.duration_s),
+                    output_chars=event.output_chars,
+                    dry_run=event.dry_run,
+                    confirmed_by=event.confirmed_by,
+                    arguments=self._arguments.pop(event.call_id, None),
+                )
+            case ApprovalRequested():
+                approval = event.approval
+                return ApprovalEntry(
+                    at=self._clock(),
+                    call_id=approval.call_id,
+                    tool=approval.tool,
+                    args_hash=approval.args_hash,
+                )
+            case InjectedMessages():
+                return InjectEntry(
+                    at=self._clock(), count=len(event.ids), ids=list(event.ids[:MAX_INJECT_IDS])
+                )
+            case ModelFallback():
+                return FallbackEntry(
+                    at=self._clock(),
+                    model=event.from_model,
+                    to_model=event.to_model,
+                    error=event.error,
+                )
+            case LimitReached():
+                return LimitEntry(at=self._clock(), stop_reason=event.reason, detail=event.detail)
+            case CondenseDone():
+                return CondenseEntry(at=self._clock(), replaced=event.replaced)
+            case CondenseFailed():
+                return CondenseEntry(at=self._clock(), error=event.error)
+            case RunEnd():
+                result = event.result
+                return EndEntry(
+                    at=self._clock(),
+                    stop_reason=result.stop_reason,
+                    error=result.error,
+                    iterations=result.iterations,
+                    model_calls=result.model_calls,
+                    tool_executions=result.tool_executions,
+                    usage=result.usage,
+                    model=result.model,
+                    pending_call_id=result.approval.call_id if result.approval else None,
+                )
+            case _:
+                assert_never(event)
+
+
+def _secs(value: float) -> float:
+    return round(value, 6)
+
+
+def queue_append(pipe: Pipeline, keys: Keys, job_id: str, entries: Sequence[str]) -> None:
+    """Queue on ``pipe`` the commands that append ``entries`` to a job's trace: RPUSH,
+    LTRIM to the last ``MAX_TRACE_ENTRIES``, EXPIRE ``TRACE_TTL_S`` (a checkpoint script
+    does the same three)."""
+    if not entries:
+        return
+    key = keys.trace(job_id)
+    pipe.rpush(key, *entries)
+    pipe.ltrim(key, -MAX_TRACE_ENTRIES, -1)
+    pipe.expire(key, TRACE_TTL_S)
+
+
+async def read_trace(redis: aioredis.Redis, keys: Keys, job_id: str) -> list[TraceEntry]:
+    """A job's trace, oldest first (entries that do not parse are skipped and logged)."""
+    async with translated("trace read"):
+        raw: list[str | bytes] = await redis.lrange(keys.trace(job_id), 0, -1)
+    entries: list[TraceEntry] = []
+    for item in raw:
+        try:
+            entries.append(parse_entry(item))
+        except ValidationError:
+            log.warning("skipping an unreadable trace entry of %s: %.200r", job_id, item)
+    return entries
