@@ -1,0 +1,334 @@
+"""The inject queue: thread replies typed while a job runs, on one Redis Stream per thread.
+
+Receiving (``InjectQueue``, used by the Slack listener before it acks Slack) is one Lua
+script over the thread's three keys (one hash tag, so it also runs on Redis Cluster):
+duplicate Slack deliveries are recognised by message ts in ``inject:seen`` (ts → stream
+id) and change nothing; otherwise the reply is XADDed, ``inject:seq`` is incremented in
+the same step, and all three keys get the history's TTL. The script also creates the
+consumer group ``loop`` at id 0 when it is missing, so a reply received before any job
+read the stream is still delivered.
+
+Reading (``RedisInject``, the core's ``Inject`` port for one running job) happens at the
+start of every iteration, in one MULTI, in this order:
+
+1. this consumer's own pending entries (``XREADGROUP … 0``): what a consumer of the same
+   name read before a restart and never acknowledged. Only while that is not known to be
+   empty (first fetch, or items handed out and not acked);
+2. entries another consumer left pending for ``claim_idle_ms`` (``XAUTOCLAIM``, reply
+   ``[cursor, entries, deleted]`` on 7.0), at most every ``claim_idle_ms / 2``; one
+   cursor step per fetch, the cursor carried to the next fetch until it wraps;
+3. new entries (``XREADGROUP … >``, never BLOCK), ``GET inject:seq`` and the group's
+   pending summary (``XPENDING``).
+
+Round trips per ``fetch``: always one (the MULTI above; in the steady state it holds just
+``XREADGROUP >``, ``GET`` and ``XPENDING``), plus one XACK only when a read entry must be
+dropped (already in the history, or deleted from the stream). ``ack`` is one XACK.
+
+``seen_seq`` is the receipt count up to which every reply is in this reader's hands:
+receipt increments ``inject:seq`` atomically with its XADD and step 3 reads it in the
+same transaction, so all of them were delivered by then; and it only moves while no
+other consumer holds an unacked entry (``held_elsewhere``) and steps 1 and 2 read all
+there was, so a dead process's entries that are not yet idle enough to claim, or that
+did not fit in a batch, are not counted as seen. Ending a job compares it
+with ``inject:seq`` (``Jobs.finish``): a reply is never lost between the last read and
+the end. The default ``claim_idle_ms`` (lease TTL − renew interval) makes the first
+fetch of a job resumed after a crash take over everything the dead process held: that
+process read them at most one renew interval after its last renewal, and the lease
+expired a whole TTL after it.
+
+The loop appends what ``fetch`` returned to the history, flushes, then calls ``ack``:
+XACK first, and only then the visible ack (the ``eyes`` reaction). An entry whose ts is
+already in the history (applied, flushed, crash before XACK) is acked and skipped, so a
+reply is never applied twice; it gets then the visible ack the crash may have cost it
+(the callback must tolerate a reaction that is already there). Acked entries stay in the
+stream until it expires, so the group's ``entries-read``/lag stay meaningful; they are
+small and few per thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Container, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from bot.agent.ports import Injected
+from bot.store.connection import translated
+from bot.store.keys import HISTORY_TTL_S, LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread
+
+log = logging.getLogger(__name__)
+
+GROUP = "loop"  # the one consumer group of every inject stream
+# A dead consumer's entries are taken over after this (see the module docstring).
+DEFAULT_CLAIM_IDLE_MS = LEASE_TTL_MS - int(LEASE_RENEW_S * 1000)
+DEFAULT_BATCH = 50
+_CURSOR_START = "0-0"
+
+# Fields of a stream entry.
+F_TS, F_TEXT, F_AUTHOR, F_SEQ = "ts", "text", "author", "seq"
+
+# KEYS: stream, seen, seq.  ARGV: ts, text, author ('' for none), ttl (s), group.
+_RECEIVE = """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  return 0
+end
+local made = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[5], '0', 'MKSTREAM')
+if type(made) == 'table' and made.err and string.sub(made.err, 1, 9) ~= 'BUSYGROUP' then
+  return made
+end
+local seq = redis.call('INCR', KEYS[3])
+local fields = {'ts', ARGV[1], 'text', ARGV[2], 'seq', tostring(seq)}
+if ARGV[3] ~= '' then
+  fields[#fields + 1] = 'author'
+  fields[#fields + 1] = ARGV[3]
+end
+local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
+redis.call('HSET', KEYS[2], ARGV[1], id)
+for i = 1, 3 do
+  redis.call('EXPIRE', KEYS[i], ARGV[4])
+end
+return 1
+"""
+
+
+class InjectQueue:
+    """The receiving side of one thread's inject stream."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, thread: Thread) -> None:
+        self._redis = redis
+        self._keys = (keys.inject(thread), keys.inject_seen(thread), keys.inject_seq(thread))
+        self._script = redis.register_script(_RECEIVE)
+
+    async def receive(self, *, ts: str, text: str, author: str | None) -> bool:
+        """Persist a reply; False when this Slack message (``ts``) was received before."""
+        async with translated("inject receive"):
+            added = await self._script(
+                keys=list(self._keys), args=[ts, text, author or "", HISTORY_TTL_S, GROUP]
+            )
+        return bool(added)
+
+    async def seq(self) -> int:
+        """How many replies this thread has received (within the keys' TTL)."""
+        async with translated("inject seq"):
+            value = await self._redis.get(self._keys[2])
+        return int(value or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    stream_id: str
+    fields: dict[str, str]
+
+
+class RedisInject:
+    """The core's ``Inject`` port over a thread's stream, for one running job.
+
+    ``consumer`` names this reader in the group; a process that restarts with the same
+    name gets back what it read and never acked. ``seen_ids`` returns the source ids
+    (Slack ts) of the job's durable history. ``clock`` is a monotonic clock in seconds.
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        thread: Thread,
+        *,
+        consumer: str,
+        seen_ids: Callable[[], Container[str]],
+        on_visible_ack: Callable[[Sequence[Injected]], Awaitable[None]] | None = None,
+        claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS,
+        batch: int = DEFAULT_BATCH,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if batch < 1 or claim_idle_ms < 0:
+            raise ValueError("batch must be ≥ 1 and claim_idle_ms ≥ 0")
+        self._redis = redis
+        self._stream = keys.inject(thread)
+        self._seq_key = keys.inject_seq(thread)
+        self._consumer = consumer
+        self._seen_ids = seen_ids
+        self._on_visible_ack = on_visible_ack
+        self._claim_idle_ms = claim_idle_ms
+        self._batch = batch
+        self._clock = clock
+        self._own_pending_empty = False  # known only after a short read of our PEL
+        self._claim_cursor = _CURSOR_START
+        self._next_claim_at: float | None = None  # None: claim on the next fetch
+        self._handed_out: dict[str, str] = {}  # Slack ts → stream id, until acked
+        self.seen_seq = 0
+        """Every reply received up to this count has reached this reader."""
+        self.held_elsewhere = 0
+        """Unacked entries other consumers held at the last fetch."""
+
+    async def fetch(self) -> Sequence[Injected]:
+        """Replies to append to the history, oldest first (see the module docstring)."""
+        read_own = not self._own_pending_empty or bool(self._handed_out)
+        now = self._clock()
+        claim = self._next_claim_at is None or now >= self._next_claim_at
+        async with translated("inject fetch"):
+            pipe = self._redis.pipeline(transaction=True)
+            if read_own:
+                pipe.xreadgroup(GROUP, self._consumer, {self._stream: "0"}, count=self._batch)
+            if claim:
+                pipe.xautoclaim(
+                    self._stream,
+                    GROUP,
+                    self._consumer,
+                    min_idle_time=self._claim_idle_ms,
+                    start_id=self._claim_cursor,
+                    count=self._batch,
+                )
+            pipe.xreadgroup(GROUP, self._consumer, {self._stream: ">"}, count=self._batch)
+            pipe.get(self._seq_key)
+            pipe.xpending(self._stream, GROUP)
+            replies = list(await pipe.execute(raise_on_error=False))
+
+            self.held_elsewhere = _held_by_others(_ok(replies.pop()), self._consumer)
+            seq_reply = _ok(replies.pop())
+            new = _read_entries(_ok(replies.pop()))
+            claimed: list[_Entry] = []
+            if claim:
+                cursor, claimed = _claim_entries(_ok(replies.pop()))
+                self._after_claim(cursor, now)
+            own: list[_Entry] = []
+            if read_own:
+                own = _read_entries(_ok(replies.pop()))
+                self._own_pending_empty = len(own) < self._batch
+
+            self._advance_seen(new, seq_reply)
+
+            items, drop, applied = self._select(own + claimed + new)
+            if drop:
+                await self._redis.xack(self._stream, GROUP, *drop)
+        # Applied before a crash that came between the flush and the XACK: the reply is
+        # in the history, so it earns its visible ack now.
+        await self._visible_ack(applied)
+        return items
+
+    async def ack(self, items: Sequence[Injected]) -> None:
+        """XACK the items (one round trip), then the visible ack; a failed XACK raises
+        ``StoreError`` and nobody sees an ack."""
+        ids = [self._handed_out[i.id] for i in items if i.id in self._handed_out]
+        if ids:
+            async with translated("inject ack"):
+                await self._redis.xack(self._stream, GROUP, *ids)
+        for item in items:
+            self._handed_out.pop(item.id, None)
+        await self._visible_ack(items)
+
+    # -- internals ---------------------------------------------------------------
+
+    async def _visible_ack(self, items: Sequence[Injected]) -> None:
+        if self._on_visible_ack is None or not items:
+            return
+        try:
+            await self._on_visible_ack(items)
+        except Exception:
+            # The replies are in the history and acked; a missing reaction must not
+            # fail the job.
+            log.exception("visible ack failed for %s", [i.id for i in items])
+
+    def _advance_seen(self, new: list[_Entry], seq_reply: object) -> None:
+        if self.held_elsewhere or not self._own_pending_empty:
+            return  # some delivered replies are not in our hands yet
+        if self._claim_cursor != _CURSOR_START:
+            return  # the scan of others' pending entries is not complete
+        if len(new) < self._batch:
+            self.seen_seq = int(cast(str | None, seq_reply) or 0)
+        elif (last := new[-1].fields.get(F_SEQ, "")).isdigit():
+            # More may wait behind a full batch: covered up to the last one read.
+            self.seen_seq = max(self.seen_seq, int(last))
+
+    def _after_claim(self, cursor: str, now: float) -> None:
+        self._claim_cursor = cursor
+        if cursor == _CURSOR_START:
+            self._next_claim_at = now + self._claim_idle_ms / 2000
+        else:
+            self._next_claim_at = None  # more of the PEL to scan: carry on next fetch
+
+    def _select(self, entries: list[_Entry]) -> tuple[list[Injected], list[str], list[Injected]]:
+        """Order by stream id and split into: replies to apply; stream ids to ack and
+        drop (deleted from the stream, read twice, or already in the history); and the
+        replies among those that are already in the history."""
+        unique = {e.stream_id: e for e in entries}
+        ordered = sorted(unique.values(), key=lambda e: _id_key(e.stream_id))
+        if not ordered:
+            return [], [], []
+        seen = self._seen_ids()
+        items: list[Injected] = []
+        drop: list[str] = []
+        applied: list[Injected] = []
+        taken: set[str] = set()
+        for entry in ordered:
+            ts, text = entry.fields.get(F_TS), entry.fields.get(F_TEXT)
+            if not ts or text is None or ts in taken:
+                drop.append(entry.stream_id)
+                continue
+            taken.add(ts)
+            item = Injected(id=ts, text=text, author=entry.fields.get(F_AUTHOR) or None)
+            if ts in seen:
+                drop.append(entry.stream_id)
+                applied.append(item)
+            else:
+                self._handed_out[ts] = entry.stream_id
+                items.append(item)
+        return items, drop, applied
+
+
+def _ok(reply: object) -> object:
+    """A MULTI slot's reply; a missing group or stream (nothing received yet) reads as
+    empty, any other error is raised for ``translated``."""
+    if isinstance(reply, ResponseError):
+        if str(reply).startswith("NOGROUP"):
+            return None
+        raise reply
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply
+
+
+def _entries(raw: object) -> list[_Entry]:
+    out: list[_Entry] = []
+    for stream_id, fields in cast(list[tuple[Any, Any]], raw or []):
+        if stream_id is not None:
+            out.append(_Entry(str(stream_id), dict(fields or {})))
+    return out
+
+
+def _read_entries(reply: object) -> list[_Entry]:
+    """XREADGROUP's reply for one stream: ``[[stream, entries]]`` (RESP2 shape) or
+    ``{stream: entries}`` (redis-py's unified shape)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return [e for entries in reply.values() for e in _entries(entries)]
+    return [e for _, entries in cast(list[tuple[Any, Any]], reply) for e in _entries(entries)]
+
+
+def _claim_entries(reply: object) -> tuple[str, list[_Entry]]:
+    """XAUTOCLAIM's ``[cursor, entries, deleted]``; entries deleted from the stream were
+    already dropped from the pending list by the server."""
+    if not reply:
+        return _CURSOR_START, []
+    parts = cast(Sequence[Any], reply)
+    return str(parts[0]), _entries(parts[1])
+
+
+def _held_by_others(reply: object, consumer: str) -> int:
+    """From XPENDING's summary (``{"pending", "min", "max", "consumers"}`` in redis-py),
+    the entries held by consumers other than ``consumer``."""
+    if not reply:
+        return 0
+    summary = cast(dict[str, Any], reply)
+    consumers = cast(list[dict[str, Any]], summary.get("consumers") or [])
+    return sum(int(c["pending"]) for c in consumers if c["name"] != consumer)
+
+
+def _id_key(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
