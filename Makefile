@@ -25,6 +25,7 @@ bench: setup
 	$(PYTHON) -m pip install -q -e '.[bench]' --config-settings editable_mode=compat
 	$(PYTHON) benchmarks/core_loop.py
 	$(PYTHON) benchmarks/llm_client.py
+	$(PYTHON) benchmarks/store.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info
