@@ -270,13 +270,18 @@ def _describe(path: Path, root: yaml.Node | None, data: Any, exc: ValidationErro
     if len(loc) > 2 and loc[0] == "tools" and loc[2] in ("command", "http"):
         del loc[2]  # the union branch, not a key of the file
     clean: list[int | str] = loc
+    message = str(error["msg"]).removeprefix("Value error, ")
+    head, colon, _ = message.partition(": ")
+    if colon and re.fullmatch(r"[a-z_]+(\.[A-Za-z0-9_-]+)*", head):
+        # A check of the whole tool that names its field ("run: …"): point at it.
+        clean = [*clean, *head.split(".")]
+        message = message[len(head) + 2 :]
     line = _line_of(root, clean)
     tool = ""
     if len(clean) >= 2 and clean[0] == "tools" and isinstance(clean[1], int):
         name = _tool_name(data, clean[1])
         tool = f" tool {name!r}:" if name else f" tool #{clean[1] + 1}:"
     field = ".".join(str(p) for p in clean[2:]) if tool else ".".join(str(p) for p in clean)
-    message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         message = "unknown key"
     where = f"{path}:{line}" if line else str(path)
