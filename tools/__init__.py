@@ -1,5 +1,9 @@
-"""Tool definitions: base types, built-in packs and the declarative tools.yml loader.
+"""Tool definitions: the typed ``@tool`` base, tools.yml (command and http tools), the
+catalogue with per-channel allowlists, and the ``opsloop tools`` CLI.
 
-Empty for now: the agent core's tool protocol lives in ``bot.agent.tools``; this
-package grows the typed tool base, the packs and tools.yml on top of it.
+Every tool satisfies the agent core's ``bot.agent.tools.Tool`` protocol.
 """
+
+from tools.base import PythonTool, tool
+
+__all__ = ["PythonTool", "tool"]

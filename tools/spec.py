@@ -45,10 +45,9 @@ from pydantic import (
     model_validator,
 )
 
-from bot.agent.tools import DEFAULT_OUTPUT_BOUND, DEFAULT_TIMEOUT_S
+from bot.agent.tools import DEFAULT_OUTPUT_BOUND, DEFAULT_TIMEOUT_S, NAME_PATTERN
 from bot.errors import ConfigError
 
-NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 RESERVED = frozenset({"confirmed_by", "idempotency_key"})  # template variables of their own
 MAX_TIMEOUT_S = 3600.0
 

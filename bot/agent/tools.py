@@ -7,6 +7,7 @@ core only needs what is here to validate, confirm, run and bound a call.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -20,6 +21,7 @@ Category = Literal["read_only", "mutating", "destructive"]
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_OUTPUT_BOUND = 4000
 CONFIRMED_BY = "confirmed_by"
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what providers accept as a tool name
 
 
 def _no_progress(_: str) -> None:
