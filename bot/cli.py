@@ -17,6 +17,9 @@ def main(argv: list[str] | None = None) -> int:
     choice = demo.add_mutually_exclusive_group()
     choice.add_argument("--approve", action="store_true", help="approve the restart")
     choice.add_argument("--deny", action="store_true", help="deny the restart")
+    from tools.cli import add_parser as add_tools_parser
+
+    add_tools_parser(sub)
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -26,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         if approve is None and not sys.stdin.isatty():
             approve = True
         return asyncio.run(run_demo(approve=approve))
+    if args.command == "tools":
+        from tools.cli import main as tools_main
+
+        return tools_main(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

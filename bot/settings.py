@@ -63,6 +63,26 @@ class LLMSettings(BaseSettings):
         return int(self.context_tokens * self.condense_at)
 
 
+class ToolSettings(BaseSettings):
+    """Which tools exist: tools.yml, built-in packs, and the limits of the packs."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
+
+    tools_file: str | None = Field(None, alias="OPSLOOP_TOOLS")
+    packs: str = Field("", alias="OPSLOOP_PACKS")
+    http_allow: str = Field("", alias="OPSLOOP_HTTP_ALLOW")
+    log_dirs: str = Field("", alias="OPSLOOP_LOG_DIRS")
+
+    @field_validator("tools_file", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @property
+    def pack_names(self) -> list[str]:
+        return [p.strip() for p in self.packs.split(",") if p.strip()]
+
+
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     name = ".".join(str(p) for p in err["loc"]) or "configuration"
@@ -73,5 +93,12 @@ def load_llm_settings() -> LLMSettings:
     """Read the model settings; a bad value raises ``ConfigError`` naming the variable."""
     try:
         return LLMSettings()
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
+
+
+def load_tool_settings() -> ToolSettings:
+    try:
+        return ToolSettings()
     except ValidationError as exc:
         raise ConfigError(_first_error(exc)) from None

@@ -3,9 +3,11 @@ sees; validation runs before anything is executed)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from tools.spec import ParamSpec
 
@@ -27,7 +29,9 @@ def _field(spec: ParamSpec) -> tuple[Any, Any]:
         annotation = float | int if not spec.enum else annotation
     constraints: dict[str, Any] = {}
     if spec.pattern is not None:
-        constraints["pattern"] = spec.pattern
+        # Shown to the model as is; enforced by ``_strict_pattern``.
+        constraints["json_schema_extra"] = {"pattern": spec.pattern}
+        annotation = Annotated[annotation, AfterValidator(_strict_pattern(spec.pattern))]
     if spec.min is not None:
         constraints["ge"] = spec.min
     if spec.max is not None:
@@ -38,6 +42,23 @@ def _field(spec: ParamSpec) -> tuple[Any, Any]:
     if spec.default is None:
         return annotation | None, Field(None, description=description, **constraints)
     return annotation, Field(spec.default, description=description, **constraints)
+
+
+def _strict_pattern(pattern: str) -> Callable[[str], str]:
+    """JSON Schema semantics (the pattern is searched, as the model is told), except
+    that a final ``$`` means the very end of the value: Python's ``$`` would also match
+    before a trailing newline, letting ``"web\n"`` through ``^[a-z]+$``."""
+    source = pattern
+    if source.endswith("$") and not source.endswith("\\$"):
+        source = source[:-1] + r"\Z"
+    compiled = re.compile(source)
+
+    def check(value: str) -> str:
+        if compiled.search(value) is None:
+            raise ValueError(f"must match the pattern {pattern!r}")
+        return value
+
+    return check
 
 
 def args_model(tool_name: str, params: dict[str, ParamSpec]) -> type[BaseModel]:

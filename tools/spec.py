@@ -135,6 +135,17 @@ class CommandToolSpec(ToolSpecBase):
         allowed = set(self.params) | RESERVED
         for element in self.run:
             check_template(element, allowed, where="run")
+        for name in template_fields(self.run[0]):
+            spec = self.params.get(name)
+            if spec is None or not spec.enum:
+                # Otherwise the model would choose which program runs.
+                raise ValueError(
+                    f"run: the program (run[0]) may only use a parameter with an enum, "
+                    f"not {{{name}}}"
+                )
+        from tools.command import check_env  # the env rules live with the runner
+
+        check_env(self.env)
         return self
 
 
