@@ -26,6 +26,7 @@ bench: setup
 	$(PYTHON) benchmarks/core_loop.py
 	$(PYTHON) benchmarks/llm_client.py
 	$(PYTHON) benchmarks/store.py
+	$(PYTHON) benchmarks/tools.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info
