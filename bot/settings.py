@@ -102,3 +102,71 @@ def load_tool_settings() -> ToolSettings:
         return ToolSettings()
     except ValidationError as exc:
         raise ConfigError(_first_error(exc)) from None
+
+
+DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+DEFAULT_MAX_ITERATIONS = 20
+DEFAULT_DEADLINE_S = 3600.0
+DEFAULT_TOKEN_BUDGET = 200_000
+DEFAULT_APPROVAL_TTL_S = 3600.0
+DEFAULT_PORT = 3000
+
+
+class BotSettings(BaseSettings):
+    """Slack, Redis, job limits and the HTTP listener (DESIGN's configuration table)."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
+
+    slack_bot_token: str | None = Field(None, alias="SLACK_BOT_TOKEN", repr=False)
+    slack_signing_secret: str | None = Field(None, alias="SLACK_SIGNING_SECRET", repr=False)
+    slack_app_token: str | None = Field(None, alias="SLACK_APP_TOKEN", repr=False)
+    slack_api_url: str = Field(DEFAULT_SLACK_API_URL, alias="SLACK_API_URL")
+    redis_url: str | None = Field(None, alias="REDIS_URL", repr=False)
+    redis_prefix: str = Field("opsloop:", alias="OPSLOOP_REDIS_PREFIX", min_length=1)
+    approvers: str = Field("", alias="OPSLOOP_APPROVERS")
+    max_iterations: int = Field(DEFAULT_MAX_ITERATIONS, alias="OPSLOOP_MAX_ITERATIONS", gt=0)
+    deadline_s: float = Field(DEFAULT_DEADLINE_S, alias="OPSLOOP_DEADLINE_S", gt=0)
+    token_budget: int = Field(DEFAULT_TOKEN_BUDGET, alias="OPSLOOP_TOKEN_BUDGET", gt=0)
+    approval_ttl_s: float = Field(DEFAULT_APPROVAL_TTL_S, alias="OPSLOOP_APPROVAL_TTL_S", gt=0)
+    system_prompt_file: str | None = Field(None, alias="OPSLOOP_SYSTEM_PROMPT")
+    host: str = Field("0.0.0.0", alias="HOST")
+    port: int = Field(DEFAULT_PORT, alias="PORT", gt=0, lt=65536)
+
+    @field_validator(
+        "slack_bot_token",
+        "slack_signing_secret",
+        "slack_app_token",
+        "redis_url",
+        "system_prompt_file",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _trailing_slash(cls, value: str) -> str:
+        # slack-sdk joins base URL and method with urljoin: without the slash the last
+        # path segment is dropped.
+        return value if value.endswith("/") else value + "/"
+
+    @property
+    def approver_ids(self) -> list[str]:
+        return [a.strip() for a in self.approvers.split(",") if a.strip()]
+
+    def require(self, *names: str) -> None:
+        """``ConfigError`` naming the first of these variables that is not set."""
+        for name in names:
+            field = next(
+                (f for f, info in type(self).model_fields.items() if info.alias == name), None
+            )
+            if field is None or getattr(self, field) in (None, ""):
+                raise ConfigError(f"{name}: required")
+
+
+def load_bot_settings() -> BotSettings:
+    try:
+        return BotSettings()
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
