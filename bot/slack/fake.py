@@ -1,0 +1,643 @@
+"""A fake Slack Web API: a real aiohttp server on a free loopback port, for tests and dev mode.
+
+It answers the methods opsloop calls the way Slack does (same shapes, same error codes, Block
+Kit limits enforced), holds the messages it was sent so edits apply like Slack's, records every
+call, and can be told to fail (``429`` with ``Retry-After``, or any error) so tests exercise the
+bot's retry paths over the real protocol with slack-sdk's own client::
+
+    async with FakeSlack() as slack:
+        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        await client.chat_postMessage(channel="C1", text="hi")
+        await slack.wait_for(lambda: slack.messages("C1"))
+
+Waiting is on an :class:`asyncio.Condition` notified after every call, never on sleeps.
+Sending events *to* the bot (signed requests) does not belong here; the dev mode adds that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, NamedTuple, Self
+
+from aiohttp import web
+
+BOT_USER_ID = "UBOT"
+BOT_ID = "BBOT"
+TEAM_ID = "T1"
+BOT_NAME = "opsloop"
+
+MAX_BLOCKS = 50
+MAX_SECTION_TEXT = 3_000
+MAX_SECTION_FIELD = 2_000
+MAX_HEADER_TEXT = 150
+MAX_BUTTON_TEXT = 75
+MAX_MARKDOWN_TEXT = 12_000  # cumulative over all markdown blocks of one message
+MAX_MESSAGE_TEXT = 40_000
+MAX_STREAM_CHUNK = 12_000
+DEFAULT_REPLIES_LIMIT = 1_000
+DEFAULT_WAIT_TIMEOUT = 10.0  # a hang guard only: conditions are awaited, never polled
+
+_FIRST_TS_US = 1_700_000_000_000_000  # microseconds; ts strings are "seconds.micros"
+_TS_STEP_US = 100
+
+Params = dict[str, Any]
+Reply = dict[str, Any]
+_JSON_FIELDS = ("blocks", "attachments", "view", "chunks", "metadata")
+
+
+class Call(NamedTuple):
+    """One request the fake received: the method and its merged query, form or JSON params."""
+
+    method: str
+    params: Params
+
+
+@dataclass
+class Message:
+    """A message as the fake holds it, edits applied."""
+
+    channel: str
+    ts: str
+    text: str
+    user: str
+    bot_id: str | None = None
+    thread_ts: str | None = None
+    blocks: list[dict[str, Any]] | None = None
+    attachments: list[Any] | None = None
+    streaming: bool = False
+    edited: bool = False
+
+    def as_slack(self) -> Reply:
+        """The message in Slack's wire shape."""
+        out: Reply = {"type": "message", "ts": self.ts, "user": self.user, "text": self.text}
+        out["team"] = TEAM_ID
+        if self.bot_id is not None:
+            out["bot_id"] = self.bot_id
+        if self.thread_ts is not None:
+            out["thread_ts"] = self.thread_ts
+        if self.blocks is not None:
+            out["blocks"] = copy.deepcopy(self.blocks)
+        if self.attachments is not None:
+            out["attachments"] = copy.deepcopy(self.attachments)
+        if self.edited:
+            out["edited"] = {"user": self.user, "ts": self.ts}
+        return out
+
+
+@dataclass
+class Ephemeral:
+    """An ephemeral message: visible only to ``user``."""
+
+    channel: str
+    user: str
+    message_ts: str
+    text: str
+    thread_ts: str | None = None
+    blocks: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class _Fault:
+    status: int
+    error: str
+    retry_after: int | None
+    remaining: int = 1
+
+
+@dataclass
+class _State:
+    messages: dict[tuple[str, str], Message] = field(default_factory=dict)
+    ephemerals: list[Ephemeral] = field(default_factory=list)
+    reactions: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    statuses: dict[tuple[str, str], str] = field(default_factory=dict)
+
+
+class SlackError(Exception):
+    """Raised inside a method handler: answered as ``{"ok": false, "error": code, **extra}``."""
+
+    def __init__(self, code: str, **extra: Any) -> None:
+        super().__init__(code)
+        self.code = code
+        self.extra = extra
+
+
+def block_errors(blocks: object) -> list[str]:
+    """Slack-style reasons why ``blocks`` would be rejected as ``invalid_blocks`` (empty: fine)."""
+    if not isinstance(blocks, list):
+        return ["must be an array [json-pointer:/blocks]"]
+    errors: list[str] = []
+    if len(blocks) > MAX_BLOCKS:
+        errors.append(f"no more than {MAX_BLOCKS} items allowed [json-pointer:/blocks]")
+    markdown_total = 0
+    for i, block in enumerate(blocks):
+        where = f"/blocks/{i}"
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            errors.append(f"missing required field: type [json-pointer:{where}]")
+            continue
+        kind = block["type"]
+        if kind == "section":
+            _check_text(block.get("text"), MAX_SECTION_TEXT, f"{where}/text", errors)
+            for j, item in enumerate(block.get("fields") or []):
+                _check_text(item, MAX_SECTION_FIELD, f"{where}/fields/{j}", errors)
+            accessory = block.get("accessory")
+            if isinstance(accessory, dict) and accessory.get("type") == "button":
+                _check_text(
+                    accessory.get("text"), MAX_BUTTON_TEXT, f"{where}/accessory/text", errors
+                )
+        elif kind == "header":
+            _check_text(block.get("text"), MAX_HEADER_TEXT, f"{where}/text", errors)
+        elif kind == "actions":
+            for j, element in enumerate(block.get("elements") or []):
+                if isinstance(element, dict) and element.get("type") == "button":
+                    pointer = f"{where}/elements/{j}/text"
+                    _check_text(element.get("text"), MAX_BUTTON_TEXT, pointer, errors)
+        elif kind == "markdown":
+            text = block.get("text")
+            if not isinstance(text, str):
+                errors.append(f"missing required field: text [json-pointer:{where}]")
+            else:
+                markdown_total += len(text)
+    if markdown_total > MAX_MARKDOWN_TEXT:
+        errors.append(f"markdown blocks must total no more than {MAX_MARKDOWN_TEXT} characters")
+    return errors
+
+
+def _check_text(obj: object, limit: int, pointer: str, errors: list[str]) -> None:
+    if obj is None:
+        return
+    text = obj.get("text") if isinstance(obj, dict) else None
+    if not isinstance(text, str):
+        errors.append(f"missing required field: text [json-pointer:{pointer}]")
+    elif not text:
+        errors.append(f"must be more than 0 characters [json-pointer:{pointer}/text]")
+    elif len(text) > limit:
+        errors.append(f"must be less than {limit + 1} characters [json-pointer:{pointer}/text]")
+
+
+def _ts_us(ts: str) -> int | None:
+    seconds, _, micros = ts.partition(".")
+    if not (seconds.isdigit() and (micros.isdigit() or not micros)):
+        return None
+    return int(seconds) * 1_000_000 + int((micros or "0").ljust(6, "0")[:6])
+
+
+def _ts_key(ts: str) -> tuple[int, str]:
+    return (_ts_us(ts) or 0, ts)
+
+
+class FakeSlack:
+    """The fake Web API. Use as ``async with FakeSlack() as slack``; point clients at ``api_url``.
+
+    ``usergroups`` maps a usergroup id to its member ids for ``usergroups.users.list``.
+    """
+
+    def __init__(
+        self, *, usergroups: Mapping[str, list[str]] | None = None, host: str = "127.0.0.1"
+    ) -> None:
+        self.usergroups: dict[str, list[str]] = dict(usergroups or {})
+        self.calls: list[Call] = []
+        self._host = host
+        self._port: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._state = _State()
+        self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
+        self._clock_us = _FIRST_TS_US
+        self._views = 0
+        self._changed = asyncio.Condition()
+        self._methods: dict[str, Callable[[Params], Reply]] = {
+            "auth.test": self._auth_test,
+            "chat.postMessage": self._post_message,
+            "chat.update": self._update,
+            "chat.postEphemeral": self._post_ephemeral,
+            "reactions.add": self._reactions_add,
+            "conversations.replies": self._replies,
+            "usergroups.users.list": self._usergroup_users,
+            "assistant.threads.setStatus": self._set_status,
+            "views.open": self._view,
+            "views.update": self._view,
+            "views.push": self._view,
+            "chat.startStream": self._start_stream,
+            "chat.appendStream": self._append_stream,
+            "chat.stopStream": self._stop_stream,
+        }
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind a free loopback port and start answering."""
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, 0)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        """Stop the server (idempotent)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def api_url(self) -> str:
+        """The base URL for ``AsyncWebClient(base_url=...)``, with its trailing slash."""
+        if self._port is None:
+            raise RuntimeError("FakeSlack is not started")
+        return f"http://{self._host}:{self._port}/api/"
+
+    # ---- test controls ---------------------------------------------------------------------
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        retry_after: int | None = 1,
+        error: str | None = None,
+        times: int = 1,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` fail.
+
+        With status 429 the answer carries ``Retry-After: retry_after`` (unless None) and
+        ``error`` defaults to ``ratelimited``; other statuses default to ``internal_error``
+        (use status 200 with an ``error`` for a plain Slack error such as ``channel_not_found``).
+        """
+        code = error or ("ratelimited" if status == 429 else "internal_error")
+        after = retry_after if status == 429 else None
+        self._faults[method].append(_Fault(status, code, after, remaining=times))
+
+    def add_message(
+        self, channel: str, ts: str | None, user: str, text: str, thread_ts: str | None = None
+    ) -> str:
+        """Seed a human message (e.g. a thread the bot is mentioned in); returns its ts."""
+        if ts is None:
+            ts = self._next_ts()
+        else:
+            self._clock_us = max(self._clock_us, _ts_us(ts) or 0)
+        self._state.messages[(channel, ts)] = Message(channel, ts, text, user, thread_ts=thread_ts)
+        return ts
+
+    def expire_stream(self, channel: str, ts: str) -> None:
+        """End a stream server-side, as Slack does after some minutes."""
+        self._state.messages[(channel, ts)].streaming = False
+
+    # ---- inspection ------------------------------------------------------------------------
+
+    def calls_of(self, method: str) -> list[Params]:
+        """The params of every call of ``method``, in order (failed calls included)."""
+        return [call.params for call in self.calls if call.method == method]
+
+    def messages(self, channel: str, thread_ts: str | None = None) -> list[Message]:
+        """Snapshots of the messages held, by ts: the whole channel, or one thread with parent."""
+        held = [m for m in self._state.messages.values() if m.channel == channel]
+        if thread_ts is not None:
+            held = [m for m in held if thread_ts in (m.ts, m.thread_ts)]
+        return [copy.deepcopy(m) for m in sorted(held, key=lambda m: _ts_key(m.ts))]
+
+    def message(self, channel: str, ts: str) -> Message:
+        """A snapshot of one message; KeyError if the fake does not hold it."""
+        return copy.deepcopy(self._state.messages[(channel, ts)])
+
+    def ephemerals(self, channel: str, user: str | None = None) -> list[Ephemeral]:
+        """Ephemeral messages posted in ``channel`` (to ``user`` only, if given)."""
+        return [
+            copy.deepcopy(e)
+            for e in self._state.ephemerals
+            if e.channel == channel and (user is None or e.user == user)
+        ]
+
+    def reactions(self, channel: str, ts: str) -> list[str]:
+        """Names of the reactions the bot added to a message, in order."""
+        return list(self._state.reactions.get((channel, ts), []))
+
+    def status(self, channel: str, thread_ts: str) -> str | None:
+        """The last assistant thread status set (``""`` once cleared)."""
+        return self._state.statuses.get((channel, thread_ts))
+
+    async def wait_for(
+        self,
+        predicate: Callable[[], object],
+        *,
+        timeout: float = DEFAULT_WAIT_TIMEOUT,  # noqa: ASYNC109 (a hang guard in a test helper)
+    ) -> None:
+        """Return once ``predicate()`` is truthy, re-checked after every call the fake answers."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
+            except TimeoutError:
+                seen = [call.method for call in self.calls]
+                raise TimeoutError(f"condition not met within {timeout}s; calls: {seen}") from None
+
+    async def wait_for_call(
+        self,
+        method: str,
+        where: Callable[[Params], object] = lambda _: True,
+        *,
+        count: int = 1,
+        timeout: float = DEFAULT_WAIT_TIMEOUT,  # noqa: ASYNC109 (passed on to wait_for)
+    ) -> Params:
+        """Wait until ``count`` calls of ``method`` match ``where``; return the last of them."""
+
+        def matching() -> list[Params]:
+            return [p for p in self.calls_of(method) if where(p)]
+
+        await self.wait_for(lambda: len(matching()) >= count, timeout=timeout)
+        return matching()[count - 1]
+
+    # ---- HTTP ------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        try:
+            params = await _read_params(request)
+        except SlackError as exc:
+            return web.json_response({"ok": False, "error": exc.code})
+        token = _bearer(request.headers.get("Authorization", "")) or params.pop("token", None)
+        self.calls.append(Call(method, params))
+        try:
+            status, headers, body = self._answer(method, params, token)
+        finally:
+            async with self._changed:
+                self._changed.notify_all()
+        return web.json_response(body, status=status, headers=headers)
+
+    def _answer(
+        self, method: str, params: Params, token: str | None
+    ) -> tuple[int, dict[str, str], Reply]:
+        if not token:
+            return 200, {}, {"ok": False, "error": "not_authed"}
+        if not token.startswith("xoxb-"):
+            return 200, {}, {"ok": False, "error": "invalid_auth"}
+        fault = self._take_fault(method)
+        if fault is not None:
+            headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
+            return fault.status, headers, {"ok": False, "error": fault.error}
+        handler = self._methods.get(method)
+        if handler is None:
+            return 200, {}, {"ok": False, "error": "unknown_method", "req_method": method}
+        try:
+            return 200, {}, {"ok": True, **handler(params)}
+        except SlackError as exc:
+            return 200, {}, {"ok": False, "error": exc.code, **exc.extra}
+
+    def _take_fault(self, method: str) -> _Fault | None:
+        queue = self._faults.get(method)
+        if not queue:
+            return None
+        fault = queue[0]
+        fault.remaining -= 1
+        if fault.remaining <= 0:
+            queue.popleft()
+        return fault
+
+    def _next_ts(self) -> str:
+        self._clock_us += _TS_STEP_US
+        return f"{self._clock_us // 1_000_000}.{self._clock_us % 1_000_000:06d}"
+
+    def _held(self, params: Params) -> Message:
+        message = self._state.messages.get((_required(params, "channel"), _required(params, "ts")))
+        if message is None:
+            raise SlackError("message_not_found")
+        return message
+
+    # ---- methods ---------------------------------------------------------------------------
+
+    def _auth_test(self, params: Params) -> Reply:
+        return {
+            "url": f"https://{BOT_NAME}.slack.com/",
+            "team": BOT_NAME,
+            "user": BOT_NAME,
+            "team_id": TEAM_ID,
+            "user_id": BOT_USER_ID,
+            "bot_id": BOT_ID,
+            "is_enterprise_install": False,
+        }
+
+    def _post_message(self, params: Params) -> Reply:
+        channel = params.get("channel") or ""
+        if not channel:
+            raise SlackError("channel_not_found")
+        text, blocks = _content(params)
+        if not text and not blocks and not params.get("attachments"):
+            raise SlackError("no_text")
+        message = Message(
+            channel,
+            self._next_ts(),
+            text,
+            BOT_USER_ID,
+            bot_id=BOT_ID,
+            thread_ts=params.get("thread_ts") or None,
+            blocks=blocks,
+            attachments=params.get("attachments"),
+        )
+        self._state.messages[(channel, message.ts)] = message
+        return {"channel": channel, "ts": message.ts, "message": message.as_slack()}
+
+    def _update(self, params: Params) -> Reply:
+        message = self._held(params)
+        if message.bot_id != BOT_ID:
+            raise SlackError("cant_update_message")
+        text, blocks = _content(params)
+        if "text" in params:
+            message.text = text
+        if "blocks" in params:  # omitted: keep; [] removes them
+            message.blocks = blocks or None
+        if "attachments" in params:
+            message.attachments = params["attachments"] or None
+        message.edited = True
+        return {
+            "channel": message.channel,
+            "ts": message.ts,
+            "text": message.text,
+            "message": message.as_slack(),
+        }
+
+    def _post_ephemeral(self, params: Params) -> Reply:
+        channel = _required(params, "channel")
+        user = _required(params, "user")
+        text, blocks = _content(params)
+        if not text and not blocks:
+            raise SlackError("no_text")
+        ts = self._next_ts()
+        thread_ts = params.get("thread_ts") or None
+        self._state.ephemerals.append(Ephemeral(channel, user, ts, text, thread_ts, blocks))
+        return {"message_ts": ts}
+
+    def _reactions_add(self, params: Params) -> Reply:
+        # Messages that reached the bot only as events are unknown here, so any ts is accepted.
+        key = (_required(params, "channel"), _required(params, "timestamp"))
+        name = params.get("name") or ""
+        if not name:
+            raise SlackError("invalid_name")
+        if name in self._state.reactions[key]:
+            raise SlackError("already_reacted")
+        self._state.reactions[key].append(name)
+        return {}
+
+    def _replies(self, params: Params) -> Reply:
+        channel = _required(params, "channel")
+        thread_ts = _required(params, "ts")
+        thread = self.messages(channel, thread_ts)
+        if not any(m.ts == thread_ts for m in thread):
+            raise SlackError("thread_not_found")
+        limit = _int(params.get("limit"), DEFAULT_REPLIES_LIMIT)
+        start = _int(params.get("cursor"), 0)
+        page = thread[start : start + limit]
+        more = start + limit < len(thread)
+        out = []
+        for m in page:
+            wire = m.as_slack()
+            if m.ts == thread_ts and len(thread) > 1:
+                wire["thread_ts"] = thread_ts
+                wire["reply_count"] = len(thread) - 1
+            out.append(wire)
+        cursor = str(start + limit) if more else ""
+        return {"messages": out, "has_more": more, "response_metadata": {"next_cursor": cursor}}
+
+    def _usergroup_users(self, params: Params) -> Reply:
+        users = self.usergroups.get(_required(params, "usergroup"))
+        if users is None:
+            raise SlackError("no_such_subteam")
+        return {"users": list(users)}
+
+    def _set_status(self, params: Params) -> Reply:
+        key = (_required(params, "channel_id"), _required(params, "thread_ts"))
+        self._state.statuses[key] = str(params.get("status") or "")
+        return {}
+
+    def _view(self, params: Params) -> Reply:
+        view = params.get("view")
+        if not isinstance(view, dict):
+            raise SlackError("invalid_arguments")
+        self._views += 1
+        view_id = params.get("view_id") or f"V{self._views:04d}"
+        return {"view": {**view, "id": view_id, "team_id": TEAM_ID}}
+
+    def _start_stream(self, params: Params) -> Reply:
+        channel = params.get("channel") or ""
+        if not channel:
+            raise SlackError("channel_not_found")
+        thread_ts = _required(params, "thread_ts")
+        text = _stream_text(params)
+        message = Message(
+            channel, self._next_ts(), text, BOT_USER_ID, BOT_ID, thread_ts, streaming=True
+        )
+        self._state.messages[(channel, message.ts)] = message
+        return {"channel": channel, "ts": message.ts}
+
+    def _streaming(self, params: Params) -> Message:
+        try:
+            message = self._held(params)
+        except SlackError:
+            raise SlackError("message_not_in_streaming_state") from None
+        if not message.streaming:
+            raise SlackError("message_not_in_streaming_state")
+        return message
+
+    def _append_stream(self, params: Params) -> Reply:
+        message = self._streaming(params)
+        message.text += _stream_text(params)
+        return {"channel": message.channel, "ts": message.ts}
+
+    def _stop_stream(self, params: Params) -> Reply:
+        message = self._streaming(params)
+        text = _stream_text(params)
+        _, blocks = _content({"blocks": params.get("blocks") or []})
+        message.text += text
+        if blocks:
+            message.blocks = blocks
+        message.streaming = False
+        return {"channel": message.channel, "ts": message.ts, "message": message.as_slack()}
+
+
+# ---- request helpers -----------------------------------------------------------------------
+
+
+async def _read_params(request: web.Request) -> Params:
+    """Query string, then a form or JSON body, merged; JSON-in-form fields decoded."""
+    params: Params = dict(request.query)
+    if request.can_read_body:
+        if request.content_type == "application/json":
+            try:
+                body = await request.json()
+            except ValueError:
+                raise SlackError("invalid_json") from None
+            if not isinstance(body, dict):
+                raise SlackError("invalid_json")
+            params.update(body)
+        else:
+            form = await request.post()
+            params.update({k: v for k, v in form.items() if isinstance(v, str)})
+    for name in _JSON_FIELDS:
+        if isinstance(params.get(name), str):
+            try:
+                params[name] = json.loads(params[name])
+            except ValueError:
+                raise SlackError(
+                    f"invalid_{name}_format" if name == "blocks" else "invalid_arguments"
+                ) from None
+    return params
+
+
+def _bearer(header: str) -> str | None:
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def _required(params: Params, name: str) -> str:
+    value = params.get(name)
+    if not value:
+        raise SlackError("invalid_arguments", needed=name)
+    return str(value)
+
+
+def _int(value: object, default: int) -> int:
+    try:
+        return int(str(value)) if value not in (None, "") else default
+    except ValueError:
+        raise SlackError("invalid_arguments") from None
+
+
+def _content(params: Params) -> tuple[str, list[dict[str, Any]] | None]:
+    """A message's text and blocks, checked against Slack's limits."""
+    text = str(params.get("text") or "")
+    if len(text) > MAX_MESSAGE_TEXT:
+        raise SlackError("msg_too_long")
+    blocks = params.get("blocks")
+    if blocks is None:
+        return text, None
+    errors = block_errors(blocks)
+    if errors:
+        raise SlackError("invalid_blocks", errors=errors)
+    return text, list(blocks)
+
+
+def _stream_text(params: Params) -> str:
+    text = str(params.get("markdown_text") or "")
+    for chunk in params.get("chunks") or []:
+        if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
+            text += str(chunk.get("text") or "")
+    if len(text) > MAX_STREAM_CHUNK:
+        raise SlackError("msg_too_long")
+    return text
