@@ -1,0 +1,1 @@
+"""One place that runs a thread's turn: lease, job state, AgentConfig, resume, ending."""

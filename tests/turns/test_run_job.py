@@ -1,0 +1,130 @@
+"""A thread's job run on the real store: the message in, tools, the answer, replies
+taken in mid-run, and a reply that arrives as the job ends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+
+from bot.agent import Injected, ModelRequest, ModelResponse, StopReason, ToolMessage, UserMessage
+from bot.agent.testing import ScriptedModel, call, calls, text
+from bot.store.history import RedisHistory
+from bot.store.jobs import JobLimits, JobStatus
+from bot.store.keys import Keys, Thread
+from bot.store.lease import Leases
+from bot.turns.runner import Turns, TurnSettings
+from tests.agent.conftest import echo_tool
+from tools.registry import Catalog
+
+LIMITS = JobLimits(max_iterations=10, deadline_s=600, token_budget=100_000)
+
+
+def turns_for(
+    redis: aioredis.Redis, keys: Keys, model: ScriptedModel, acks: list[tuple[str, ...]]
+) -> Turns:
+    tool = echo_tool()
+
+    async def visible_ack(thread: Thread, items: Sequence[Injected]) -> None:
+        acks.append(tuple(i.id for i in items))
+
+    return Turns(
+        redis=redis,
+        keys=keys,
+        resolver=model,
+        catalog=Catalog(tools={tool.name: tool}, sources={tool.name: "test"}),
+        system_prompt="You are opsloop.",
+        settings=TurnSettings(limits=LIMITS),
+        on_visible_ack=visible_ack,
+        consumer="test-process",
+    )
+
+
+async def test_a_mention_runs_tools_and_answers(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    acks: list[tuple[str, ...]] = []
+    model = ScriptedModel([calls(call("check", "c1", host="web-03")), text("web-03 is fine")])
+    turns = turns_for(redis, keys, model, acks)
+
+    job, created = await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")
+    assert created and job.status is JobStatus.QUEUED
+    result = await turns.run_job(job.id)
+
+    assert result is not None and result.stop_reason is StopReason.COMPLETED, result
+    first = model.requests[0].messages
+    assert first == (UserMessage(content="<@U1>: look", source_id="1700000000.000100"),)
+    stored = await turns.jobs.get(job.id)
+    assert stored is not None and stored.status is JobStatus.COMPLETED
+    assert stored.output == "web-03 is fine" and stored.progress.iterations == 2
+    assert acks == [("1700000000.000100",)]
+    history = await RedisHistory(redis, keys, thread).history()
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert await Leases(redis, keys).holder(thread) is None  # released
+
+
+async def test_a_reply_during_the_run_reaches_the_next_request(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    acks: list[tuple[str, ...]] = []
+    turns: Turns
+
+    async def first(request: ModelRequest) -> ModelResponse:
+        job, created = await turns.receive(
+            thread, ts="1700000000.000200", user="U2", text="show the logs first"
+        )
+        assert not created  # the running job takes it in
+        return calls(call("check", "c1", host="web-03"))
+
+    model = ScriptedModel([first, text("done")])
+    turns = turns_for(redis, keys, model, acks)
+    job, _ = await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")
+    result = await turns.run_job(job.id)
+
+    assert result is not None and result.stop_reason is StopReason.COMPLETED
+    second = model.requests[1].messages
+    assert isinstance(second[-2], ToolMessage)  # the batch's result, then the reply
+    assert second[-1] == UserMessage(
+        content="<@U2>: show the logs first", source_id="1700000000.000200"
+    )
+    assert acks == [("1700000000.000100",), ("1700000000.000200",)]
+
+
+async def test_a_reply_as_the_job_ends_starts_a_new_job(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    acks: list[tuple[str, ...]] = []
+    turns: Turns
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        await turns.receive(thread, ts="1700000000.000300", user="U2", text="and web-04?")
+        return text("web-03 is fine")
+
+    model = ScriptedModel([answer, text("web-04 is fine too")])
+    turns = turns_for(redis, keys, model, acks)
+    job, _ = await turns.receive(thread, ts="1700000000.000100", user="U1", text="web-03?")
+    result = await turns.run_job(job.id)
+
+    assert result is not None and result.output == "web-04 is fine too"
+    assert model.requests[1].messages[-1] == UserMessage(
+        content="<@U2>: and web-04?", source_id="1700000000.000300"
+    )
+    first = await turns.jobs.get(job.id)
+    follow = await turns.jobs.current(thread)
+    assert first is not None and first.status is JobStatus.COMPLETED
+    assert follow is not None and follow.id != job.id and follow.status is JobStatus.COMPLETED
+    model.assert_done()
+
+
+async def test_a_job_whose_thread_is_leased_elsewhere_is_left_alone(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    model = ScriptedModel([])
+    turns = turns_for(redis, keys, model, [])
+    job, _ = await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")
+    other = await Leases(redis, keys).acquire(thread)
+    assert other is not None
+    assert await turns.run_job(job.id) is None
+    stored = await turns.jobs.get(job.id)
+    assert stored is not None and stored.status is JobStatus.QUEUED
+    assert model.requests == []
