@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     choice = demo.add_mutually_exclusive_group()
     choice.add_argument("--approve", action="store_true", help="approve the restart")
     choice.add_argument("--deny", action="store_true", help="deny the restart")
+    sub.add_parser("serve", help="serve Slack's Events API over HTTP (POST /slack/events)")
     from tools.cli import add_parser as add_tools_parser
 
     add_tools_parser(sub)
@@ -29,12 +30,33 @@ def main(argv: list[str] | None = None) -> int:
         if approve is None and not sys.stdin.isatty():
             approve = True
         return asyncio.run(run_demo(approve=approve))
+    if args.command == "serve":
+        return _serve()
     if args.command == "tools":
         from tools.cli import main as tools_main
 
         return tools_main(args)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _serve() -> int:
+    import logging
+
+    from bot.errors import ConfigError
+    from bot.settings import load_bot_settings, load_llm_settings, load_tool_settings
+    from bot.slack.app import serve
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        bot, llm, tools = load_bot_settings(), load_llm_settings(), load_tool_settings()
+        serve(bot, llm, tools)
+    except ConfigError as exc:
+        print(f"opsloop: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

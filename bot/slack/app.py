@@ -1,0 +1,292 @@
+"""``opsloop serve``: the bolt app on aiohttp, the ack path, health and metrics.
+
+A listener persists what must not be lost (the message into the thread's inject
+stream, a ``queued`` job) and schedules the job with ``asyncio.create_task``; bolt runs
+with ``process_before_response=True``, so the HTTP answer goes out only after the
+write, and a Redis failure becomes a 503 that Slack retries. Duplicates (Slack's
+retries, and a mention that also arrives as a ``message``) are recognised by the
+message's channel and ts, marked only after the message was persisted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+import httpx
+import redis.asyncio as aioredis
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.agent.events import Event, EventSink
+from bot.agent.ports import Injected
+from bot.errors import StoreError
+from bot.llm.chain import build_chain
+from bot.llm.condense import ModelCondenser
+from bot.llm.http import make_http_client
+from bot.prompts import load_system_prompt
+from bot.settings import BotSettings, LLMSettings, ToolSettings
+from bot.slack.progress import JobProgress, budget_sender
+from bot.slack.updates import UpdateBudget
+from bot.store.connection import connect, durability, translated
+from bot.store.dedupe import Dedupe
+from bot.store.history import holds_conversation
+from bot.store.jobs import JobLimits, JobRecord
+from bot.store.keys import Keys, Thread
+from bot.turns.runner import Turns, TurnSettings
+from tools.registry import build_catalog
+
+log = logging.getLogger(__name__)
+
+HEALTH_TIMEOUT_S = 2.0
+SHUTDOWN_TIMEOUT_S = 5.0
+HUMAN_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.jobs = Counter(
+            "opsloop_jobs", "Jobs by final status", ["status"], registry=self.registry
+        )
+        self.model_calls = Counter("opsloop_model_calls", "Model calls", registry=self.registry)
+        self.tools = Counter(
+            "opsloop_tool_executions",
+            "Tool executions",
+            ["tool", "outcome"],
+            registry=self.registry,
+        )
+        self.ack = Histogram(
+            "opsloop_ack_seconds",
+            "Time to answer Slack",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=self.registry,
+        )
+
+
+class SlackBot:
+    """One process serving one workspace: ``await start()``, ``web_app()``, ``close()``."""
+
+    def __init__(self, bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
+        bot.require("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "REDIS_URL")
+        self.settings = bot
+        self.llm_settings = llm
+        self.tool_settings = tools
+        self.keys = Keys(bot.redis_prefix)
+        self.metrics = Metrics()
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.progress: dict[str, JobProgress] = {}
+        self.bot_user: str | None = None
+
+    async def start(self) -> None:
+        settings = self.settings
+        assert settings.redis_url is not None and settings.slack_bot_token is not None
+        self.redis: aioredis.Redis = connect(settings.redis_url)
+        setting = await durability(self.redis)
+        if setting is not None and not setting.every_write:
+            log.warning("Redis durability: %s", setting.describe())
+        self.http: httpx.AsyncClient = make_http_client(self.llm_settings)
+        resolver = build_chain(self.llm_settings, self.http)
+        prompt = load_system_prompt(settings.system_prompt_file)
+        self.catalog = build_catalog(
+            tools_file=self.tool_settings.tools_file, http_allow=self.tool_settings.http_allow
+        )
+        self.session = aiohttp.ClientSession()
+        self.client = AsyncWebClient(
+            token=settings.slack_bot_token,
+            base_url=settings.slack_api_url,
+            session=self.session,
+            retry_handlers=[
+                AsyncConnectionErrorRetryHandler(),
+                AsyncServerErrorRetryHandler(max_retry_count=2),
+                AsyncRateLimitErrorRetryHandler(max_retry_count=2),
+            ],
+        )
+        self.budget = UpdateBudget(budget_sender(self.client))
+        self.dedupe = Dedupe(self.redis, self.keys)
+        self.turns = Turns(
+            redis=self.redis,
+            keys=self.keys,
+            resolver=resolver,
+            catalog=self.catalog,
+            system_prompt=prompt,
+            settings=TurnSettings(
+                limits=JobLimits(
+                    max_iterations=settings.max_iterations,
+                    deadline_s=settings.deadline_s,
+                    token_budget=settings.token_budget,
+                ),
+                max_output_tokens=self.llm_settings.max_output_tokens,
+                condense_at_tokens=self.llm_settings.condense_at_tokens,
+            ),
+            condense=ModelCondenser.from_settings(
+                resolver.chain()[0], system_prompt=prompt, settings=self.llm_settings
+            ),
+            on_visible_ack=self._eyes,
+            progress=self._progress_sink,
+        )
+        self.app = AsyncApp(
+            client=self.client,
+            signing_secret=settings.slack_signing_secret,
+            process_before_response=True,
+        )
+        self.app.event("app_mention")(self._on_mention)
+        self.app.event("message")(self._on_message)
+
+    async def close(self) -> None:
+        # A job cut off here is resumed from its last step by another process (its
+        # lease expires); nothing acknowledged is lost.
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=SHUTDOWN_TIMEOUT_S)
+        await self.budget.aclose()
+        await self.catalog.aclose()
+        await self.session.close()
+        await self.http.aclose()
+        await self.redis.aclose()
+
+    # -- HTTP -----------------------------------------------------------------------
+
+    def web_app(self) -> web.Application:
+        app = web.Application(client_max_size=1024 * 1024)
+        app.router.add_post("/slack/events", self._events)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/metrics", self._metrics)
+        return app
+
+    async def _events(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        bolt_request = await to_bolt_request(request)
+        response = await self.app.async_dispatch(bolt_request)
+        if response.status >= 500:
+            response.status = 503  # Slack retries; nothing was acknowledged
+        self.metrics.ack.observe(time.perf_counter() - started)
+        return await to_aiohttp_response(response)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        try:
+            async with asyncio.timeout(HEALTH_TIMEOUT_S), translated("health check"):
+                await self.redis.ping()
+        except (StoreError, TimeoutError):
+            return web.json_response({"ok": False, "redis": "unavailable"}, status=503)
+        return web.json_response({"ok": True})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
+
+    # -- listeners --------------------------------------------------------------------
+
+    async def _bot_id(self) -> str | None:
+        if self.bot_user is None:
+            auth = await self.client.auth_test()
+            self.bot_user = str(auth.get("user_id"))
+        return self.bot_user
+
+    async def _on_mention(self, event: dict[str, Any]) -> None:
+        channel, ts, user = event.get("channel"), event.get("ts"), event.get("user")
+        if not (channel and ts and user):
+            return
+        thread = Thread(str(channel), str(event.get("thread_ts") or ts))
+        await self._take(thread, str(ts), str(user), str(event.get("text") or ""))
+
+    async def _on_message(self, event: dict[str, Any]) -> None:
+        if event.get("bot_id") or event.get("subtype") not in HUMAN_SUBTYPES:
+            return  # bots, edits, deletions and other subtypes are not people talking
+        channel, ts, user = event.get("channel"), event.get("ts"), event.get("user")
+        thread_ts = event.get("thread_ts")
+        if not (channel and ts and user and thread_ts) or thread_ts == ts:
+            return
+        text = str(event.get("text") or "")
+        bot = await self._bot_id()
+        if bot and re.search(rf"<@{re.escape(bot)}(\|[^>]*)?>", text):
+            return  # the app_mention listener takes it
+        thread = Thread(str(channel), str(thread_ts))
+        if not await holds_conversation(self.redis, self.keys, thread):
+            return
+        await self._take(thread, str(ts), str(user), text)
+
+    async def _take(self, thread: Thread, ts: str, user: str, text: str) -> None:
+        """The ack path: persist, mark as seen, schedule. Raises on a store failure."""
+        async with translated("message dedupe check"):
+            seen = await self.redis.exists(self.keys.message(thread.channel, ts))
+        if seen:
+            return
+        job, created = await self.turns.receive(thread, ts=ts, user=user, text=text)
+        await self.dedupe.first_message(thread.channel, ts)
+        if created:
+            self._schedule(job)
+
+    def _schedule(self, job: JobRecord) -> None:
+        task = asyncio.create_task(self._run(job), name=f"job {job.id}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run(self, job: JobRecord) -> None:
+        progress = JobProgress(self.client, self.budget, job)
+        self.progress[job.id] = progress
+        try:
+            await progress.start()
+            result = await self.turns.run_job(job.id)
+            if result is not None:
+                self.metrics.jobs.labels(result.stop_reason.value).inc()
+                self.metrics.model_calls.inc(result.model_calls)
+                await asyncio.wait_for(progress.done.wait(), timeout=60)
+        except Exception:
+            log.exception("job %s failed outside the loop", job.id)
+        finally:
+            self.progress.pop(job.id, None)
+
+    def _progress_sink(self, record: JobRecord) -> EventSink:
+        progress = self.progress.get(record.id)
+        return progress if progress is not None else _ignore
+
+    async def _eyes(self, thread: Thread, items: Sequence[Injected]) -> None:
+        for item in items:
+            try:
+                await self.client.reactions_add(
+                    channel=thread.channel, timestamp=item.id, name="eyes"
+                )
+            except Exception:
+                log.info("could not react to %s", item.id, exc_info=True)
+
+
+def _ignore(_: Event) -> None:
+    return None
+
+
+def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
+    """Run ``opsloop serve`` until interrupted."""
+    slack = SlackBot(bot, llm, tools)
+
+    async def make() -> web.Application:
+        await slack.start()
+        app = slack.web_app()
+
+        async def cleanup(_: web.Application) -> None:
+            await slack.close()
+
+        app.on_cleanup.append(cleanup)
+        return app
+
+    web.run_app(
+        make(),
+        host=bot.host,
+        port=bot.port,
+        print=None,
+        access_log=None,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+    )
