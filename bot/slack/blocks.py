@@ -199,8 +199,9 @@ class Progress:
     stopping: bool = False
 
 
-def status_message(progress: Progress, *, final: bool = False) -> Message:
-    """The status message: counters, tools, and a ``Stop`` button while running."""
+def status_message(progress: Progress, *, final: bool = False, stop_button: bool = True) -> Message:
+    """The status message: counters, tools, and a ``Stop`` button while running (unless
+    ``stop_button`` is off)."""
     p = progress
     state = "Finished" if final else ("Stopping…" if p.stopping else "Working")
     stats = (
@@ -224,7 +225,7 @@ def status_message(progress: Progress, *, final: bool = False) -> Message:
         lines.append(f":hourglass_flowing_sand: `{_esc(running, 80)}` running…")
     if lines:
         blocks.append(_section("\n".join(lines)))
-    if not final and not p.stopping:
+    if stop_button and not final and not p.stopping:
         blocks.append(_actions(STATUS_ACTIONS_BLOCK, _button("Stop", ACTION_STOP, p.job_id)))
     text = f"{state}: {stats}"
     if running:

@@ -25,6 +25,7 @@ from bot.store.jobs import JobRecord
 log = logging.getLogger(__name__)
 
 MAX_TOOL_LINES = 6
+STOP_BUTTON = False  # shown once the Stop action is handled (Slack app II)
 LIMIT_WORDS = {
     StopReason.LIMIT_ITERATIONS: "iterations",
     StopReason.LIMIT_TOKENS: "tokens",
@@ -83,7 +84,7 @@ class JobProgress:
 
     async def start(self) -> None:
         """Post the status message in the thread (the first sign of life)."""
-        message = status_blocks(self._progress())
+        message = status_blocks(self._progress(), stop_button=STOP_BUTTON)
         response = await self._client.chat_postMessage(
             channel=self.channel,
             thread_ts=self.record.thread_ts,
@@ -118,7 +119,11 @@ class JobProgress:
 
     def _update(self) -> None:
         if self.status_ts is not None:
-            self._budget.submit(self.channel, self.status_ts, status_blocks(self._progress()))
+            self._budget.submit(
+                self.channel,
+                self.status_ts,
+                status_blocks(self._progress(), stop_button=STOP_BUTTON),
+            )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
