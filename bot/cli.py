@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     choice.add_argument("--approve", action="store_true", help="approve the restart")
     choice.add_argument("--deny", action="store_true", help="deny the restart")
     sub.add_parser("serve", help="serve Slack's Events API over HTTP (POST /slack/events)")
+    sub.add_parser("socket", help="the same app over Slack's Socket Mode (SLACK_APP_TOKEN)")
     from tools.cli import add_parser as add_tools_parser
 
     add_tools_parser(sub)
@@ -30,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         if approve is None and not sys.stdin.isatty():
             approve = True
         return asyncio.run(run_demo(approve=approve))
-    if args.command == "serve":
-        return _serve()
+    if args.command in ("serve", "socket"):
+        return _serve(socket=args.command == "socket")
     if args.command == "tools":
         from tools.cli import main as tools_main
 
@@ -40,19 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _serve() -> int:
+def _serve(*, socket: bool) -> int:
     import logging
 
     from bot.errors import ConfigError
     from bot.settings import load_bot_settings, load_llm_settings, load_tool_settings
-    from bot.slack.app import serve
+    from bot.slack.app import serve, socket_mode
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
         bot, llm, tools = load_bot_settings(), load_llm_settings(), load_tool_settings()
-        serve(bot, llm, tools)
+        (socket_mode if socket else serve)(bot, llm, tools)
     except ConfigError as exc:
         print(f"opsloop: {exc}", file=sys.stderr)
         return 2

@@ -116,3 +116,40 @@ def test_a_prompt_file_replaces_it(tmp_path: Path) -> None:
     (tmp_path / "empty.md").write_text("  \n")
     with pytest.raises(ConfigError, match="is empty"):
         load_system_prompt(str(tmp_path / "empty.md"))
+
+
+def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bot", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **env},
+        check=False,
+    )
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "line"),
+    [
+        ("serve", {}, "opsloop: SLACK_BOT_TOKEN: required"),
+        ("serve", {"SLACK_BOT_TOKEN": "xoxb-1"}, "opsloop: SLACK_SIGNING_SECRET: required"),
+        (
+            "serve",
+            {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"},
+            "opsloop: REDIS_URL: required",
+        ),
+        ("serve", {"PORT": "eighty"}, "opsloop: PORT: Input should be a valid integer"),
+        ("socket", {"SLACK_BOT_TOKEN": "xoxb-1"}, "opsloop: SLACK_APP_TOKEN: required"),
+    ],
+)
+def test_start_up_stops_with_one_line_naming_the_variable(
+    command: str, env: dict[str, str], line: str
+) -> None:
+    code, stderr = run_cli(command, env=env)
+    assert code == 2
+    assert stderr.strip().splitlines() == [stderr.strip()] and stderr.startswith(line), stderr

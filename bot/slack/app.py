@@ -80,8 +80,14 @@ class Metrics:
 class SlackBot:
     """One process serving one workspace: ``await start()``, ``web_app()``, ``close()``."""
 
-    def __init__(self, bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
-        bot.require("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "REDIS_URL")
+    def __init__(
+        self, bot: BotSettings, llm: LLMSettings, tools: ToolSettings, *, socket: bool = False
+    ) -> None:
+        if socket:  # Socket Mode: no request URL, so no signing secret
+            bot.require("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "REDIS_URL")
+        else:
+            bot.require("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "REDIS_URL")
+        self.socket = socket
         self.settings = bot
         self.llm_settings = llm
         self.tool_settings = tools
@@ -142,6 +148,7 @@ class SlackBot:
             client=self.client,
             signing_secret=settings.slack_signing_secret,
             process_before_response=True,
+            request_verification_enabled=not self.socket,
         )
         self.app.event("app_mention")(self._on_mention)
         self.app.event("message")(self._on_message)
@@ -290,3 +297,21 @@ def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
         access_log=None,
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
     )
+
+
+def socket_mode(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
+    """Run ``opsloop socket``: the same app over Socket Mode (``SLACK_APP_TOKEN``)."""
+    from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+
+    slack = SlackBot(bot, llm, tools, socket=True)
+
+    async def main() -> None:
+        await slack.start()
+        handler = AsyncSocketModeHandler(slack.app, bot.slack_app_token, web_client=slack.client)
+        try:
+            await handler.start_async()  # type: ignore[no-untyped-call]  # untyped in bolt
+        finally:
+            await handler.close_async()  # type: ignore[no-untyped-call]
+            await slack.close()
+
+    asyncio.run(main())
