@@ -31,7 +31,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.events import Event, EventSink
+from bot.agent.events import Event, EventSink, ToolEnd
 from bot.agent.ports import Injected
 from bot.errors import StoreError
 from bot.llm.chain import build_chain
@@ -44,6 +44,7 @@ from bot.slack.updates import UpdateBudget
 from bot.store.connection import connect, durability, translated
 from bot.store.dedupe import Dedupe
 from bot.store.history import holds_conversation
+from bot.store.inject import InjectQueue
 from bot.store.jobs import JobLimits, JobRecord
 from bot.store.keys import Keys, Thread
 from bot.turns.runner import Turns, TurnSettings
@@ -53,6 +54,9 @@ log = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 2.0
 SHUTDOWN_TIMEOUT_S = 5.0
+CONTEXT_TIMEOUT_S = 1.5  # a slow Slack must not hold up the ack
+CONTEXT_MESSAGES = 50
+CONTEXT_CHARS = 2_000
 HUMAN_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
 
 
@@ -232,10 +236,41 @@ class SlackBot:
             seen = await self.redis.exists(self.keys.message(thread.channel, ts))
         if seen:
             return
+        if thread.thread_ts != ts and not await holds_conversation(self.redis, self.keys, thread):
+            # Mentioned inside a thread it has not been part of: the earlier human
+            # messages come first, as context.
+            context = await self._thread_context(thread, before=ts)
+            if context:
+                await InjectQueue(self.redis, self.keys, thread).receive(
+                    ts=f"{ts}:context", text=context, author=None
+                )
         job, created = await self.turns.receive(thread, ts=ts, user=user, text=text)
         await self.dedupe.first_message(thread.channel, ts)
         if created:
             self._schedule(job)
+
+    async def _thread_context(self, thread: Thread, *, before: str) -> str | None:
+        """The thread's earlier human messages (bounded), or None if Slack can't say."""
+        try:
+            async with asyncio.timeout(CONTEXT_TIMEOUT_S):
+                reply = await self.client.conversations_replies(
+                    channel=thread.channel, ts=thread.thread_ts, limit=CONTEXT_MESSAGES
+                )
+        except Exception:
+            log.info("no thread context for %s", thread, exc_info=True)
+            return None
+        lines = []
+        for message in reply.get("messages") or []:
+            if message.get("bot_id") or message.get("subtype") not in HUMAN_SUBTYPES:
+                continue
+            if float(message.get("ts", "0")) >= float(before):
+                continue
+            text = str(message.get("text") or "").strip()
+            if text:
+                lines.append(f"<@{message.get('user')}>: {text[:CONTEXT_CHARS]}")
+        if not lines:
+            return None
+        return "Earlier in this thread (for context):\n" + "\n".join(lines)
 
     def _schedule(self, job: JobRecord) -> None:
         task = asyncio.create_task(self._run(job), name=f"job {job.id}")
@@ -259,7 +294,16 @@ class SlackBot:
 
     def _progress_sink(self, record: JobRecord) -> EventSink:
         progress = self.progress.get(record.id)
-        return progress if progress is not None else _ignore
+        metrics = self.metrics
+
+        def sink(event: Event) -> None:
+            if isinstance(event, ToolEnd) and event.ran and not event.dry_run:
+                outcome = "error" if event.is_error else "ok"
+                metrics.tools.labels(event.tool, outcome).inc()
+            if progress is not None:
+                progress(event)
+
+        return sink
 
     async def _eyes(self, thread: Thread, items: Sequence[Injected]) -> None:
         for item in items:
@@ -269,10 +313,6 @@ class SlackBot:
                 )
             except Exception:
                 log.info("could not react to %s", item.id, exc_info=True)
-
-
-def _ignore(_: Event) -> None:
-    return None
 
 
 def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
