@@ -27,6 +27,7 @@ bench: setup
 	$(PYTHON) benchmarks/llm_client.py
 	$(PYTHON) benchmarks/store.py
 	$(PYTHON) benchmarks/tools.py
+	$(PYTHON) benchmarks/slack_ack.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info
