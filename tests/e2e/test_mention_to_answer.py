@@ -177,3 +177,21 @@ async def test_the_iteration_limit_ends_with_its_code(
     await slack.wait_for(lambda: bool(endings()), timeout=30)
     assert "iteration limit reached (2/2)" in endings()[0]
     assert len(model.requests) == 2
+
+
+async def test_a_reply_after_the_answer_starts_a_job_that_sees_the_history(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel
+) -> None:
+    model.policy = steps(  # type: ignore[arg-type]
+        Reply(content="web-03 is fine."), Reply(content="web-04 is fine too.")
+    )
+    serve = await bot()
+    event = mention("C1", "U1", "web-03?")
+    await serve.send(event)
+    await slack.wait_for(lambda: posted(slack, "web-03 is fine."), timeout=30)
+    await serve.send(reply("C1", "U1", "and web-04?", thread_ts=event["ts"]))
+    await slack.wait_for(lambda: posted(slack, "web-04 is fine too."), timeout=30)
+
+    second = model.requests[1].messages
+    contents = [m.get("content") for m in second]
+    assert contents[-3:] == ["<@U1>: <@UBOT> web-03?", "web-03 is fine.", "<@U1>: and web-04?"]
