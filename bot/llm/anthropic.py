@@ -38,7 +38,7 @@ from bot.errors import ModelError, ModelUnavailableError
 from bot.llm.attempts import Sink, complete_with_retries
 from bot.llm.errors import error_from_response, malformed, read_error
 from bot.llm.retry import RetryPolicy
-from bot.llm.wire import FragmentCache, dumps
+from bot.llm.wire import FragmentCache, LastJson, dumps
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
@@ -234,30 +234,14 @@ class AnthropicClient:
         self._temperature = None if temperature is None else min(temperature, MAX_TEMPERATURE)
         self._retry = retry or RetryPolicy()
         self._timeout = request_timeout_s
-        self._tools_cache: tuple[tuple[ToolSpec, ...], str] | None = None
-        self._system_cache: tuple[str, str] | None = None
+        self._tools_json = LastJson(render_tools)
+        self._system_json = LastJson(render_system)
 
     @property
     def name(self) -> str:
         return self._name
 
     # -- request body -----------------------------------------------------------
-
-    def _tools_json(self, tools: tuple[ToolSpec, ...]) -> str:
-        cached = self._tools_cache
-        if cached is not None and (cached[0] is tools or cached[0] == tools):
-            return cached[1]
-        text = dumps(render_tools(tools))
-        self._tools_cache = (tools, text)
-        return text
-
-    def _system_json(self, system: str) -> str:
-        cached = self._system_cache
-        if cached is not None and cached[0] is system:
-            return cached[1]
-        text = dumps(render_system(system))
-        self._system_cache = (system, text)
-        return text
 
     def body(self, request: ModelRequest) -> bytes:
         """The JSON body, assembled from cached fragments (prefix order: tools, system)."""
@@ -268,10 +252,10 @@ class AnthropicClient:
             head["stream"] = True
         text = dumps(head)[:-1]
         if request.tools:
-            text += ',"tools":' + self._tools_json(request.tools)
+            text += ',"tools":' + self._tools_json.get(request.tools)
             text += ',"tool_choice":{"type":"auto"}'
         if request.system:
-            text += ',"system":' + self._system_json(request.system)
+            text += ',"system":' + self._system_json.get(request.system)
         text += ',"messages":' + messages_json(request.messages)
         return (text + "}").encode()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 
@@ -19,6 +19,10 @@ from bot.agent.ports import Client
 from bot.errors import ConfigError
 from bot.llm.retry import RetryPolicy
 from bot.settings import LLMSettings
+
+if TYPE_CHECKING:
+    from bot.llm.anthropic import AnthropicClient
+    from bot.llm.openai import OpenAIClient
 
 Provider = Literal["openai", "anthropic"]
 PREFIXES: tuple[Provider, ...] = ("openai", "anthropic")
@@ -103,22 +107,12 @@ def make_client(
     settings: LLMSettings,
     retry: RetryPolicy | None = None,
 ) -> Client:
+    client_class: type[AnthropicClient] | type[OpenAIClient]
     if spec.provider == "anthropic":
-        from bot.llm.anthropic import AnthropicClient
-
-        return AnthropicClient(
-            model=spec.model,
-            base_url=spec.base_url,
-            http=http,
-            api_key=spec.api_key,
-            temperature=settings.temperature,
-            retry=retry,
-            request_timeout_s=settings.request_timeout_s,
-            name=spec.label,
-        )
-    from bot.llm.openai import OpenAIClient
-
-    return OpenAIClient(
+        from bot.llm.anthropic import AnthropicClient as client_class
+    else:
+        from bot.llm.openai import OpenAIClient as client_class
+    return client_class(
         model=spec.model,
         base_url=spec.base_url,
         http=http,

@@ -32,7 +32,7 @@ from bot.errors import ModelUnavailableError
 from bot.llm.attempts import Sink, complete_with_retries
 from bot.llm.errors import error_from_response, malformed, read_error
 from bot.llm.retry import RetryPolicy
-from bot.llm.wire import FragmentCache, PrefixCache, dumps
+from bot.llm.wire import FragmentCache, LastJson, PrefixCache, dumps
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
 
@@ -112,8 +112,8 @@ class OpenAIClient:
         self._max_key = (
             "max_completion_tokens" if _uses_max_completion_tokens(base_url) else "max_tokens"
         )
-        self._tools_cache: tuple[tuple[ToolSpec, ...], str] | None = None
-        self._system_cache: tuple[str, str] | None = None
+        self._tools_json = LastJson(render_tools)
+        self._system_json = LastJson(lambda system: {"role": "system", "content": system})
 
     @property
     def name(self) -> str:
@@ -121,27 +121,11 @@ class OpenAIClient:
 
     # -- request body -----------------------------------------------------------
 
-    def _tools_json(self, tools: tuple[ToolSpec, ...]) -> str:
-        cached = self._tools_cache
-        if cached is not None and (cached[0] is tools or cached[0] == tools):
-            return cached[1]
-        text = dumps(render_tools(tools))
-        self._tools_cache = (tools, text)
-        return text
-
-    def _system_json(self, system: str) -> str:
-        cached = self._system_cache
-        if cached is not None and cached[0] is system:
-            return cached[1]
-        text = dumps({"role": "system", "content": system})
-        self._system_cache = (system, text)
-        return text
-
     def body(self, request: ModelRequest) -> bytes:
         """The JSON body, assembled from cached fragments."""
         messages = _HISTORY.join(request.messages)
         if request.system:
-            messages = self._system_json(request.system) + ("," + messages if messages else "")
+            messages = self._system_json.get(request.system) + ("," + messages if messages else "")
         head: dict[str, Any] = {"model": self._model, self._max_key: request.max_output_tokens}
         if self._temperature is not None:
             head["temperature"] = self._temperature
@@ -152,7 +136,7 @@ class OpenAIClient:
         if request.tools:
             text += (
                 ',"tools":'
-                + self._tools_json(request.tools)
+                + self._tools_json.get(request.tools)
                 + ',"tool_choice":"auto","parallel_tool_calls":true'
             )
         return (text + "}").encode()

@@ -87,3 +87,21 @@ class PrefixCache:
             text,
         )
         return text
+
+
+class LastJson:
+    """The JSON text of the last value rendered, reused while the same value comes back
+    (the system prompt and tools are identical in every request of a job)."""
+
+    __slots__ = ("_render", "_value", "_text")
+
+    def __init__(self, render: Callable[[Any], Any]) -> None:
+        self._render = render
+        self._value: Any = None
+        self._text: str | None = None
+
+    def get(self, value: Any) -> str:
+        if self._text is not None and (self._value is value or self._value == value):
+            return self._text
+        self._value, self._text = value, dumps(self._render(value))
+        return self._text
