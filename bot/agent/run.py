@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import assert_never
 
 from bot.agent.calls import CallRunner, Outcome, Paused
 from bot.agent.config import AgentConfig, StopCheck
@@ -46,8 +45,8 @@ from bot.agent.messages import (
 from bot.agent.ports import Decision, DeltaSink
 from bot.agent.recovery import Action
 from bot.agent.repetition import RepetitionDetected, RepetitionDetector
+from bot.agent.responses import account, message_chars, normalize
 from bot.agent.state import PendingApproval, PendingBatch, RunResult, RunState, StopReason
-from bot.agent.toolcall_recovery import recover_tool_calls
 from bot.agent.tools import canonical_json, tool_spec
 from bot.errors import ModelError
 
@@ -70,16 +69,6 @@ class Finish:
 
 
 Step = Next | Finish
-
-
-def message_chars(message: AnyMessage) -> int:
-    match message:
-        case UserMessage(content=content) | ToolMessage(content=content):
-            return len(content)
-        case AssistantMessage(content=content, tool_calls=calls):
-            return len(content or "") + sum(len(c.name) + len(c.arguments) for c in calls)
-        case _:
-            assert_never(message)
 
 
 _ABORT_REASON: dict[AbortKind, StopReason] = {
@@ -108,6 +97,7 @@ class _Run:
         self.prefix_chars = len(config.system_prompt) + sum(
             len(s.name) + len(s.description) + len(canonical_json(s.parameters)) for s in self.specs
         )
+        self.tool_names = frozenset(t.name for t in config.tools)
         self.detector = LoopDetector(state.loop_window)
         self.calls = CallRunner(config, state, emit=self.emit, deadline_in=self.deadline_in)
         self.last_text: str | None = None
@@ -438,7 +428,7 @@ class _Run:
                 self.emit_end(iteration, client.name, started, None, error=repr(exc))
                 raise
             else:
-                self.account(response)
+                account(self.state, response)
                 self.emit_end(
                     iteration, client.name, started, response.usage, calls=len(response.tool_calls)
                 )
@@ -453,7 +443,7 @@ class _Run:
                 )
             self.state.iterations += 1
             self.state.model = client.name
-            return self.normalize(response)
+            return normalize(self.state, response, self.tool_names)
 
     def delta_sink(self, streamed: list[str]) -> DeltaSink:
         detector = [RepetitionDetector()]
@@ -491,42 +481,6 @@ class _Run:
                 error=error,
             )
         )
-
-    def account(self, response: ModelResponse) -> None:
-        usage = response.usage
-        self.state.usage = self.state.usage + usage
-        if usage.prompt_tokens:
-            self.state.last_prompt_tokens = usage.prompt_tokens
-            self.state.last_cached_tokens = usage.cached_tokens
-            self.state.chars_since_request = 0
-
-    def normalize(self, response: ModelResponse) -> ModelResponse:
-        """Recover text-written tool calls; give every call a unique, non-empty id."""
-        if not response.tool_calls:
-            recovered = recover_tool_calls(
-                response,
-                {t.name for t in self.config.tools},
-                id_prefix=f"recovered_{self.state.iterations}",
-            )
-            if recovered is None:
-                return response
-            response = recovered
-        # Call ids key approvals and the write ledger: unique within the whole job.
-        seen = set(self.state.call_ids)
-        fixed: list[ToolCall] = []
-        changed = False
-        for n, call in enumerate(response.tool_calls):
-            if not call.id or call.id in seen:
-                fresh, k = f"call_{self.state.iterations}_{n}", 0
-                while fresh in seen:
-                    k += 1
-                    fresh = f"call_{self.state.iterations}_{n}_{k}"
-                call = call.model_copy(update={"id": fresh})
-                changed = True
-            seen.add(call.id)
-            self.state.call_ids.append(call.id)
-            fixed.append(call)
-        return response.model_copy(update={"tool_calls": tuple(fixed)}) if changed else response
 
     # -- the batch of calls ---------------------------------------------------
 
