@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +33,8 @@ from bot.agent.messages import (
     Usage,
     UserMessage,
 )
-from bot.agent.ports import DeltaSink
 from bot.errors import ModelError, ModelUnavailableError
-from bot.llm.attempts import Sink, complete_with_retries
+from bot.llm.attempts import HttpModelClient, Sink
 from bot.llm.errors import error_from_response, malformed, read_error
 from bot.llm.retry import RetryPolicy
 from bot.llm.wire import FragmentCache, LastJson, dumps
@@ -204,7 +203,7 @@ class _Stream:
     done: bool = False
 
 
-class AnthropicClient:
+class AnthropicClient(HttpModelClient):
     """One model on the Anthropic Messages API (the core's ``Client``)."""
 
     def __init__(
@@ -237,10 +236,6 @@ class AnthropicClient:
         self._tools_json = LastJson(render_tools)
         self._system_json = LastJson(render_system)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
     # -- request body -----------------------------------------------------------
 
     def body(self, request: ModelRequest) -> bytes:
@@ -260,23 +255,6 @@ class AnthropicClient:
         return (text + "}").encode()
 
     # -- the call ---------------------------------------------------------------
-
-    async def complete(
-        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
-    ) -> ModelResponse:
-        body = self.body(request)
-
-        def once(sink: Sink) -> Awaitable[ModelResponse]:
-            return self._stream(body, sink) if request.stream else self._plain(body)
-
-        return await complete_with_retries(
-            once,
-            request=request,
-            on_delta=on_delta,
-            model=self._name,
-            policy=self._retry,
-            timeout_s=self._timeout,
-        )
 
     def _error(self, data: dict[str, Any], raw: str) -> ModelError:
         """An error object that came under a 200 (in a stream, or as the body)."""

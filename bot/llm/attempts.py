@@ -89,3 +89,43 @@ async def complete_with_retries(
         aborted = failed.error
     # Raised outside the handler so that nothing is chained onto the sink's exception.
     raise aborted
+
+
+class HttpModelClient:
+    """The shared shape of the adapters: ``complete`` renders the body once and runs
+    one plain or streamed attempt under ``complete_with_retries``. Subclasses set
+    ``_name``, ``_retry``, ``_timeout`` and implement ``body``, ``_plain``, ``_stream``."""
+
+    _name: str
+    _retry: RetryPolicy
+    _timeout: float
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def body(self, request: ModelRequest) -> bytes:
+        raise NotImplementedError
+
+    async def _plain(self, body: bytes) -> ModelResponse:
+        raise NotImplementedError
+
+    async def _stream(self, body: bytes, sink: Sink) -> ModelResponse:
+        raise NotImplementedError
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
+    ) -> ModelResponse:
+        body = self.body(request)
+
+        def once(sink: Sink) -> Awaitable[ModelResponse]:
+            return self._stream(body, sink) if request.stream else self._plain(body)
+
+        return await complete_with_retries(
+            once,
+            request=request,
+            on_delta=on_delta,
+            model=self._name,
+            policy=self._retry,
+            timeout_s=self._timeout,
+        )

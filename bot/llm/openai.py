@@ -9,7 +9,6 @@ grows with what is new, not with the conversation.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,9 +26,8 @@ from bot.agent.messages import (
     Usage,
     UserMessage,
 )
-from bot.agent.ports import DeltaSink
 from bot.errors import ModelUnavailableError
-from bot.llm.attempts import Sink, complete_with_retries
+from bot.llm.attempts import HttpModelClient, Sink
 from bot.llm.errors import error_from_response, malformed, read_error
 from bot.llm.retry import RetryPolicy
 from bot.llm.wire import FragmentCache, LastJson, PrefixCache, dumps
@@ -84,7 +82,7 @@ class _Call:
     arguments: list[str] = field(default_factory=list)
 
 
-class OpenAIClient:
+class OpenAIClient(HttpModelClient):
     """One model on one OpenAI-compatible endpoint (the core's ``Client``)."""
 
     def __init__(
@@ -115,10 +113,6 @@ class OpenAIClient:
         self._tools_json = LastJson(render_tools)
         self._system_json = LastJson(lambda system: {"role": "system", "content": system})
 
-    @property
-    def name(self) -> str:
-        return self._name
-
     # -- request body -----------------------------------------------------------
 
     def body(self, request: ModelRequest) -> bytes:
@@ -142,23 +136,6 @@ class OpenAIClient:
         return (text + "}").encode()
 
     # -- the call ---------------------------------------------------------------
-
-    async def complete(
-        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
-    ) -> ModelResponse:
-        body = self.body(request)
-
-        def once(sink: Sink) -> Awaitable[ModelResponse]:
-            return self._stream(body, sink) if request.stream else self._plain(body)
-
-        return await complete_with_retries(
-            once,
-            request=request,
-            on_delta=on_delta,
-            model=self._name,
-            policy=self._retry,
-            timeout_s=self._timeout,
-        )
 
     async def _plain(self, body: bytes) -> ModelResponse:
         async with self._http.stream(
