@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
+from tools.packs import PackConfig
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -46,6 +47,9 @@ class LLMSettings(BaseSettings):
     read_timeout_s: float = Field(120.0, alias="LLM_READ_TIMEOUT_S", gt=0)
     request_timeout_s: float = Field(300.0, alias="LLM_REQUEST_TIMEOUT_S", gt=0)
     max_connections: int = Field(100, alias="LLM_MAX_CONNECTIONS", gt=0)
+    # Stream responses (SSE) so the answer shows while it is written; 0 for endpoints
+    # that cannot stream.
+    stream: bool = Field(True, alias="LLM_STREAM")
 
     @field_validator("base_url", "model", "api_key", mode="before")
     @classmethod
@@ -72,8 +76,13 @@ class ToolSettings(BaseSettings):
     packs: str = Field("", alias="OPSLOOP_PACKS")
     http_allow: str = Field("", alias="OPSLOOP_HTTP_ALLOW")
     log_dirs: str = Field("", alias="OPSLOOP_LOG_DIRS")
+    prometheus_url: str | None = Field(None, alias="PROMETHEUS_URL")
+    alertmanager_url: str | None = Field(None, alias="ALERTMANAGER_URL")
+    supervisor_url: str | None = Field(None, alias="SUPERVISOR_URL")
 
-    @field_validator("tools_file", mode="before")
+    @field_validator(
+        "tools_file", "prometheus_url", "alertmanager_url", "supervisor_url", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
@@ -81,6 +90,15 @@ class ToolSettings(BaseSettings):
     @property
     def pack_names(self) -> list[str]:
         return [p.strip() for p in self.packs.split(",") if p.strip()]
+
+    def pack_config(self) -> PackConfig:
+        return PackConfig(
+            log_dirs=tuple(d.strip() for d in self.log_dirs.split(",") if d.strip()),
+            http_allow=self.http_allow,
+            prometheus_url=self.prometheus_url,
+            alertmanager_url=self.alertmanager_url,
+            supervisor_url=self.supervisor_url,
+        )
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -28,7 +28,7 @@ from bot.agent.observe import to_text
 from bot.agent.tools import CallContext, Tool
 from bot.errors import ConfigError, ToolError
 from bot.settings import load_tool_settings
-from tools.registry import Catalog, build_catalog
+from tools.registry import Catalog, build_catalog, catalog_from_settings
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -57,10 +57,11 @@ def main(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) 
             catalog = build_catalog(tools_file=args.path, environ=environ)
             console.print(f"{args.path}: {len(catalog.tools)} tools, OK")
             return EXIT_OK
-        catalog = build_catalog(
+        catalog = catalog_from_settings(
+            pack_names=settings.pack_names,
+            pack_config=settings.pack_config(),
             tools_file=args.file or settings.tools_file,
             environ=environ,
-            http_allow=settings.http_allow,
         )
         if args.action in (None, "list"):
             _list(console, catalog)

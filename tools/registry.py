@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from bot.errors import ConfigError
 from tools.command import CommandTool
 from tools.http import HttpFetcher, HttpTool
 from tools.netpolicy import AddressPolicy
+from tools.packs import PackConfig, load_packs
 from tools.spec import CommandToolSpec, HttpToolSpec, ToolsFile, load_tools_file
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,13 @@ class Catalog:
     toolsets: Mapping[str, Sequence[str]] = field(default_factory=dict)
     channels: Mapping[str, Sequence[str]] = field(default_factory=dict)
     fetcher: HttpFetcher | None = None  # shared by every http tool; closed by ``aclose``
+    closers: Sequence[Callable[[], Awaitable[None]]] = ()  # the packs' clients
 
     async def aclose(self) -> None:
         if self.fetcher is not None:
             await self.fetcher.aclose()
+        for close in self.closers:
+            await close()
 
     def for_channel(self, channel: str | None) -> list[Tool]:
         """The tools allowed in ``channel`` (all of them where no allowlist is set),
@@ -69,6 +73,7 @@ def declared_tool(
 def build_catalog(
     *,
     packs: Mapping[str, Sequence[Tool]] | None = None,
+    closers: Sequence[Callable[[], Awaitable[None]]] = (),
     tools_file: str | Path | None = None,
     environ: Mapping[str, str] | None = None,
     http_allow: str = "",
@@ -120,4 +125,23 @@ def build_catalog(
         toolsets=toolsets,
         channels=parsed.channels,
         fetcher=fetcher,
+        closers=tuple(closers),
+    )
+
+
+def catalog_from_settings(
+    *,
+    pack_names: Sequence[str],
+    pack_config: PackConfig,
+    tools_file: str | Path | None,
+    environ: Mapping[str, str] | None = None,
+) -> Catalog:
+    """The catalogue a process serves: the enabled packs plus tools.yml."""
+    packs = load_packs(pack_names, pack_config)
+    return build_catalog(
+        packs={name: pack.tools for name, pack in packs.items()},
+        closers=[close for pack in packs.values() for close in pack.closers],
+        tools_file=tools_file,
+        environ=environ,
+        http_allow=pack_config.http_allow,
     )

@@ -48,7 +48,7 @@ from bot.store.inject import InjectQueue
 from bot.store.jobs import JobLimits, JobRecord
 from bot.store.keys import Keys, Thread
 from bot.turns.runner import Turns, TurnSettings
-from tools.registry import build_catalog
+from tools.registry import catalog_from_settings
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,10 @@ class SlackBot:
         self.http: httpx.AsyncClient = make_http_client(self.llm_settings)
         resolver = build_chain(self.llm_settings, self.http)
         prompt = load_system_prompt(settings.system_prompt_file)
-        self.catalog = build_catalog(
-            tools_file=self.tool_settings.tools_file, http_allow=self.tool_settings.http_allow
+        self.catalog = catalog_from_settings(
+            pack_names=self.tool_settings.pack_names,
+            pack_config=self.tool_settings.pack_config(),
+            tools_file=self.tool_settings.tools_file,
         )
         self.session = aiohttp.ClientSession()
         self.client = AsyncWebClient(
@@ -141,6 +143,7 @@ class SlackBot:
                 ),
                 max_output_tokens=self.llm_settings.max_output_tokens,
                 condense_at_tokens=self.llm_settings.condense_at_tokens,
+                stream=self.llm_settings.stream,
             ),
             condense=ModelCondenser.from_settings(
                 resolver.chain()[0], system_prompt=prompt, settings=self.llm_settings

@@ -1,0 +1,52 @@
+"""Built-in tool packs, enabled by name with ``OPSLOOP_PACKS``.
+
+Each pack is a module ``tools.packs.<name>`` with one function::
+
+    def build(config: PackConfig) -> Pack
+
+returning its tools (``@tool``-decorated functions, see ``tools/base.py``) and anything
+it must close at shutdown (an HTTP client). The tool names and arguments are the
+external contract in DESIGN.md's packs table: users name them in allowlists and see
+them on approval cards. A pack whose backend URL is missing is a ``ConfigError`` naming
+the variable, at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bot.agent.tools import Tool
+from bot.errors import ConfigError
+
+PACK_NAMES = ("host", "http", "prometheus", "alertmanager", "supervisor")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackConfig:
+    """What packs read from the environment (``bot.settings.ToolSettings``)."""
+
+    log_dirs: tuple[str, ...] = ()  # OPSLOOP_LOG_DIRS
+    http_allow: str = ""  # OPSLOOP_HTTP_ALLOW
+    prometheus_url: str | None = None  # PROMETHEUS_URL
+    alertmanager_url: str | None = None  # ALERTMANAGER_URL
+    supervisor_url: str | None = None  # SUPERVISOR_URL
+
+
+@dataclass(frozen=True, slots=True)
+class Pack:
+    tools: Sequence[Tool]
+    closers: Sequence[Callable[[], Awaitable[None]]] = field(default_factory=tuple)
+
+
+def load_packs(names: Sequence[str], config: PackConfig) -> Mapping[str, Pack]:
+    """The named packs, built; ``ConfigError`` for an unknown name or a missing backend."""
+    packs: dict[str, Pack] = {}
+    for name in names:
+        if name not in PACK_NAMES:
+            known = ", ".join(PACK_NAMES)
+            raise ConfigError(f"OPSLOOP_PACKS: unknown pack {name!r} (known: {known})")
+        module = importlib.import_module(f"{__name__}.{name}")
+        packs[name] = module.build(config)
+    return packs
