@@ -4,7 +4,8 @@ STAMP := .opsloop/setup.stamp
 
 .PHONY: setup run test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/system-deps
+	scripts/system-deps
 	$(PYTHON) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	@mkdir -p $(dir $(STAMP)) && touch $(STAMP)
 
