@@ -31,8 +31,9 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.events import Event, EventSink, ToolEnd
+from bot.agent.events import Event, ModelRequestEnd, RunEnd, ToolEnd
 from bot.agent.ports import Injected
+from bot.agent.state import StopReason
 from bot.errors import StoreError
 from bot.llm.chain import build_chain
 from bot.llm.condense import ModelCondenser
@@ -42,7 +43,6 @@ from bot.settings import BotSettings, LLMSettings, ToolSettings
 from bot.slack.progress import JobProgress, budget_sender
 from bot.slack.updates import UpdateBudget
 from bot.store.connection import connect, durability, translated
-from bot.store.dedupe import Dedupe
 from bot.store.history import holds_conversation
 from bot.store.inject import InjectQueue
 from bot.store.jobs import JobLimits, JobRecord
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 2.0
 SHUTDOWN_TIMEOUT_S = 5.0
+FINISH_TIMEOUT_S = 60.0  # posting the answer and the ending
 CONTEXT_TIMEOUT_S = 1.5  # a slow Slack must not hold up the ack
 CONTEXT_MESSAGES = 50
 CONTEXT_CHARS = 2_000
@@ -81,6 +82,33 @@ class Metrics:
         )
 
 
+AWAITING = StopReason.AWAITING_APPROVAL
+
+
+class _Reporter:
+    """A job's progress plus the process metrics, as the runner's ``JobSink``."""
+
+    def __init__(self, progress: JobProgress, metrics: Metrics) -> None:
+        self.progress = progress
+        self.metrics = metrics
+
+    def __call__(self, event: Event) -> None:
+        metrics = self.metrics
+        if isinstance(event, ToolEnd) and event.ran and not event.dry_run:
+            metrics.tools.labels(event.tool, "error" if event.is_error else "ok").inc()
+        elif isinstance(event, ModelRequestEnd):
+            metrics.model_calls.inc()
+        elif isinstance(event, RunEnd) and event.result.stop_reason is not AWAITING:
+            metrics.jobs.labels(event.result.stop_reason.value).inc()
+        self.progress(event)
+
+    async def aclose(self) -> None:
+        try:
+            await asyncio.wait_for(self.progress.done.wait(), timeout=FINISH_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("job %s: the ending was not shown in time", self.progress.record.id)
+
+
 class SlackBot:
     """One process serving one workspace: ``await start()``, ``web_app()``, ``close()``."""
 
@@ -98,7 +126,6 @@ class SlackBot:
         self.keys = Keys(bot.redis_prefix)
         self.metrics = Metrics()
         self.tasks: set[asyncio.Task[Any]] = set()
-        self.progress: dict[str, JobProgress] = {}
         self.bot_user: str | None = None
 
     async def start(self) -> None:
@@ -128,7 +155,6 @@ class SlackBot:
             ],
         )
         self.budget = UpdateBudget(budget_sender(self.client))
-        self.dedupe = Dedupe(self.redis, self.keys)
         self.turns = Turns(
             redis=self.redis,
             keys=self.keys,
@@ -149,7 +175,7 @@ class SlackBot:
                 resolver.chain()[0], system_prompt=prompt, settings=self.llm_settings
             ),
             on_visible_ack=self._eyes,
-            progress=self._progress_sink,
+            progress=self._open_progress,
         )
         self.app = AsyncApp(
             client=self.client,
@@ -228,29 +254,25 @@ class SlackBot:
         bot = await self._bot_id()
         if bot and re.search(rf"<@{re.escape(bot)}(\|[^>]*)?>", text):
             return  # the app_mention listener takes it
-        thread = Thread(str(channel), str(thread_ts))
-        if not await holds_conversation(self.redis, self.keys, thread):
-            return
-        await self._take(thread, str(ts), str(user), text)
+        await self._take(Thread(str(channel), str(thread_ts)), str(ts), str(user), text, reply=True)
 
-    async def _take(self, thread: Thread, ts: str, user: str, text: str) -> None:
-        """The ack path: persist, mark as seen, schedule. Raises on a store failure."""
-        async with translated("message dedupe check"):
-            seen = await self.redis.exists(self.keys.message(thread.channel, ts))
-        if seen:
-            return
-        if thread.thread_ts != ts and not await holds_conversation(self.redis, self.keys, thread):
-            # Mentioned inside a thread it has not been part of: the earlier human
-            # messages come first, as context.
-            context = await self._thread_context(thread, before=ts)
-            if context:
-                await InjectQueue(self.redis, self.keys, thread).receive(
-                    ts=f"{ts}:context", text=context, author=None
-                )
-        job, created = await self.turns.receive(thread, ts=ts, user=user, text=text)
-        await self.dedupe.first_message(thread.channel, ts)
-        if created:
-            self._schedule(job)
+    async def _take(
+        self, thread: Thread, ts: str, user: str, text: str, *, reply: bool = False
+    ) -> None:
+        """The ack path: persist (one script), index, schedule. Raises on a store
+        failure, so Slack gets a 503 and retries."""
+        if not reply and thread.thread_ts != ts:
+            # Mentioned inside a thread: if the bot has not been part of it, the earlier
+            # human messages come first, as context.
+            if not await holds_conversation(self.redis, self.keys, thread):
+                context = await self._thread_context(thread, before=ts)
+                if context:
+                    await InjectQueue(self.redis, self.keys, thread).receive(
+                        ts=f"{ts}:context", text=context, author=None
+                    )
+        receipt = await self.turns.receive(thread, ts=ts, user=user, text=text, reply=reply)
+        if receipt.needs_run and receipt.job_id is not None:
+            self._schedule(receipt.job_id)
 
     async def _thread_context(self, thread: Thread, *, before: str) -> str | None:
         """The thread's earlier human messages (bounded), or None if Slack can't say."""
@@ -275,38 +297,25 @@ class SlackBot:
             return None
         return "Earlier in this thread (for context):\n" + "\n".join(lines)
 
-    def _schedule(self, job: JobRecord) -> None:
-        task = asyncio.create_task(self._run(job), name=f"job {job.id}")
+    def _schedule(self, job_id: str) -> None:
+        task = asyncio.create_task(self._run(job_id), name=f"job {job_id}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _run(self, job: JobRecord) -> None:
-        progress = JobProgress(self.client, self.budget, job)
-        self.progress[job.id] = progress
+    async def _run(self, job_id: str) -> None:
+        try:
+            await self.turns.run_job(job_id)
+        except Exception:
+            log.exception("job %s failed outside the loop", job_id)
+
+    async def _open_progress(self, record: JobRecord) -> _Reporter:
+        """The job's face in the thread, opened once this process holds its lease."""
+        progress = JobProgress(self.client, self.budget, record)
         try:
             await progress.start()
-            result = await self.turns.run_job(job.id)
-            if result is not None:
-                self.metrics.jobs.labels(result.stop_reason.value).inc()
-                self.metrics.model_calls.inc(result.model_calls)
-                await asyncio.wait_for(progress.done.wait(), timeout=60)
         except Exception:
-            log.exception("job %s failed outside the loop", job.id)
-        finally:
-            self.progress.pop(job.id, None)
-
-    def _progress_sink(self, record: JobRecord) -> EventSink:
-        progress = self.progress.get(record.id)
-        metrics = self.metrics
-
-        def sink(event: Event) -> None:
-            if isinstance(event, ToolEnd) and event.ran and not event.dry_run:
-                outcome = "error" if event.is_error else "ok"
-                metrics.tools.labels(event.tool, outcome).inc()
-            if progress is not None:
-                progress(event)
-
-        return sink
+            log.warning("no status message for job %s", record.id, exc_info=True)
+        return _Reporter(progress, self.metrics)
 
     async def _eyes(self, thread: Thread, items: Sequence[Injected]) -> None:
         for item in items:

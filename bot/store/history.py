@@ -148,6 +148,7 @@ class RedisHistory:
 
 
 async def holds_conversation(redis: aioredis.Redis, keys: Keys, thread: Thread) -> bool:
-    """Whether the bot holds a conversation in this thread (its history exists)."""
+    """Whether the bot holds a conversation in this thread: its history exists, or a
+    job was started there (its first message may not be in the history yet)."""
     async with translated("history exists"):
-        return bool(await redis.exists(keys.history(thread)))
+        return bool(await redis.exists(keys.history(thread), keys.current_job(thread)))

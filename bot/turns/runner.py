@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import redis.asyncio as aioredis
 
@@ -25,11 +27,12 @@ from bot.agent.ports import ClientResolver, Condense, Injected
 from bot.agent.state import StopReason
 from bot.store.artifacts import RedisArtifacts
 from bot.store.history import RedisHistory
-from bot.store.inject import InjectQueue, RedisInject
+from bot.store.inject import RedisInject
 from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
 from bot.store.lease import Lease, LeaseKeeper, Leases
 from bot.store.ledger import RedisLedger
+from bot.store.receipt import Receipt, Receiver
 from bot.store.session import JobSession
 from bot.store.trace import TraceRecorder
 from tools.registry import Catalog
@@ -40,6 +43,14 @@ log = logging.getLogger(__name__)
 def process_name() -> str:
     """A consumer name unique to this process (inject stream ownership)."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class JobSink(Protocol):
+    """A job's progress reporter: receives the run's events, then ``aclose``."""
+
+    def __call__(self, event: Event) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,33 +73,41 @@ class Turns:
     settings: TurnSettings
     condense: Condense | None = None
     consumer: str = field(default_factory=process_name)
-    # The Slack edge's hooks: a visible ack for taken-in replies, a progress sink per job.
+    # The Slack edge's hooks: a visible ack for taken-in replies, and a progress sink
+    # opened for each job once this process holds its lease (it posts the status
+    # message) and closed when the run is over.
     on_visible_ack: Callable[[Thread, Sequence[Injected]], Awaitable[None]] | None = None
-    progress: Callable[[JobRecord], EventSink] | None = None
+    progress: Callable[[JobRecord], Awaitable[JobSink]] | None = None
 
     jobs: Jobs = field(init=False)
     leases: Leases = field(init=False)
+    receiver: Receiver = field(init=False)
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.redis, self.keys)
         self.leases = Leases(self.redis, self.keys)
+        self.receiver = Receiver(self.redis, self.keys)
 
     # -- the ack path ---------------------------------------------------------------
 
     async def receive(
-        self, thread: Thread, *, ts: str, user: str, text: str
-    ) -> tuple[JobRecord, bool]:
-        """Persist a human message: into the thread's inject stream (idempotent by ts),
-        and a new ``queued`` job unless one is live. Returns the job that will take the
-        message in and whether it was created now (the caller then runs it)."""
-        await InjectQueue(self.redis, self.keys, thread).receive(ts=ts, text=text, author=user)
-        current = await self.jobs.current(thread)
-        if current is not None and not current.status.final:
-            return current, False
-        job = await self.jobs.create(
-            thread, requester=user, limits=self.settings.limits, request_ts=ts
+        self, thread: Thread, *, ts: str, user: str, text: str, reply: bool = False
+    ) -> Receipt:
+        """Persist a human message (one script, see ``bot.store.receipt``): into the
+        thread's inject stream, and a new ``queued`` job unless one is live. A ``reply``
+        (not a mention) is taken only in a thread that holds a conversation. When the
+        receipt ``needs_run``, the job is in the scanner's index and the caller runs it."""
+        receipt = await self.receiver.receive(
+            thread,
+            ts=ts,
+            user=user,
+            text=text,
+            limits=self.settings.limits,
+            needs_conversation=reply,
         )
-        return job, True
+        if receipt.needs_run and receipt.job_id is not None:
+            await self.jobs.index(receipt.job_id, time.time())
+        return receipt
 
     # -- running ----------------------------------------------------------------------
 
@@ -142,8 +161,9 @@ class Turns:
             on_visible_ack=visible_ack,
         )
         sinks: list[EventSink] = [trace]
-        if self.progress is not None:
-            sinks.append(self.progress(record))
+        reporter = await self.progress(record) if self.progress is not None else None
+        if reporter is not None:
+            sinks.append(reporter)
 
         def on_event(event: Event) -> None:
             for sink in sinks:
@@ -171,9 +191,12 @@ class Turns:
             ledger=RedisLedger(self.redis, self.keys),
             stream=self.settings.stream,
         )
-        progress = record.progress
-        result = await run(config, progress)
-        follow = await self._end(session.record, result, fence, inject.seen_seq)
+        try:
+            result = await run(config, record.progress)
+            follow = await self._end(session.record, result, fence, inject.seen_seq)
+        finally:
+            if reporter is not None:
+                await reporter.aclose()
         return result, follow
 
     async def _end(self, record: JobRecord, result: RunResult, fence: int, seen: int) -> str | None:

@@ -47,8 +47,10 @@ async def test_a_mention_runs_tools_and_answers(
     model = ScriptedModel([calls(call("check", "c1", host="web-03")), text("web-03 is fine")])
     turns = turns_for(redis, keys, model, acks)
 
-    job, created = await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")
-    assert created and job.status is JobStatus.QUEUED
+    receipt = await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")
+    assert receipt.outcome == "created" and receipt.status is JobStatus.QUEUED
+    assert receipt.needs_run and receipt.record is not None
+    job = receipt.record
     result = await turns.run_job(job.id)
 
     assert result is not None and result.stop_reason is StopReason.COMPLETED, result
@@ -70,15 +72,17 @@ async def test_a_reply_during_the_run_reaches_the_next_request(
     turns: Turns
 
     async def first(request: ModelRequest) -> ModelResponse:
-        job, created = await turns.receive(
+        receipt = await turns.receive(
             thread, ts="1700000000.000200", user="U2", text="show the logs first"
         )
-        assert not created  # the running job takes it in
+        assert receipt.outcome == "joined"  # the running job takes it in
+        assert not receipt.needs_run
         return calls(call("check", "c1", host="web-03"))
 
     model = ScriptedModel([first, text("done")])
     turns = turns_for(redis, keys, model, acks)
-    job, _ = await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")
+    job = (await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")).record
+    assert job is not None
     result = await turns.run_job(job.id)
 
     assert result is not None and result.stop_reason is StopReason.COMPLETED
@@ -102,7 +106,8 @@ async def test_a_reply_as_the_job_ends_starts_a_new_job(
 
     model = ScriptedModel([answer, text("web-04 is fine too")])
     turns = turns_for(redis, keys, model, acks)
-    job, _ = await turns.receive(thread, ts="1700000000.000100", user="U1", text="web-03?")
+    job = (await turns.receive(thread, ts="1700000000.000100", user="U1", text="web-03?")).record
+    assert job is not None
     result = await turns.run_job(job.id)
 
     assert result is not None and result.output == "web-04 is fine too"
@@ -121,7 +126,8 @@ async def test_a_job_whose_thread_is_leased_elsewhere_is_left_alone(
 ) -> None:
     model = ScriptedModel([])
     turns = turns_for(redis, keys, model, [])
-    job, _ = await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")
+    job = (await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")).record
+    assert job is not None
     other = await Leases(redis, keys).acquire(thread)
     assert other is not None
     assert await turns.run_job(job.id) is None

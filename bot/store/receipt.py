@@ -1,0 +1,176 @@
+"""Receiving one human message on the ack path, in one round trip.
+
+A Slack message that the bot must take in (a mention, or a reply in a thread that holds
+a conversation) is persisted by one Lua script over the thread's keys (one hash tag, so
+it also runs on Redis Cluster), before Slack gets its answer:
+
+1. already received (its ``ts`` is in the thread's ``inject:seen``): a duplicate —
+   Slack's retry, or the ``app_mention``/``message`` twin of one post — changes
+   nothing; the thread's current job is returned so a retry of a delivery whose job was
+   never scheduled (the process died before answering) can schedule it;
+2. a reply (not a mention) in a thread that holds no conversation (no history and no
+   job yet: a reply right after the mention, before its job wrote any history, counts)
+   is ignored, nothing written;
+3. otherwise the message is XADDed to the thread's inject stream (``inject.py``'s
+   receipt, idempotent by ``ts``) and, unless the thread's current job is live
+   (``queued``, ``running``, ``awaiting_approval``: it takes the message in at its next
+   iteration boundary), a new ``queued`` job is created in the same step.
+
+The scanner's process-wide index of live jobs is a separate key (not thread-tagged), so
+the caller adds a created job to it in a second command (``Jobs.index``); a crash
+between the two leaves a queued job that Slack's retry (a duplicate, case 1) indexes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import redis.asyncio as aioredis
+
+from bot.store.connection import translated
+from bot.store.inject import GROUP
+from bot.store.jobs import JobLimits, JobRecord, JobStatus
+from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, Keys, Thread
+
+Outcome = Literal["created", "joined", "duplicate", "ignored"]
+
+# KEYS: 1 inject stream, 2 inject:seen, 3 inject:seq, 4 jobs counter, 5 current job,
+#       6 history.
+# ARGV: 1 ts, 2 text, 3 author, 4 history ttl, 5 group, 6 needs conversation ('1'/'0'),
+#       7 job id prefix, 8 job key prefix, 9 job ttl, 10 job JSON with __JOB_ID__.
+# Returns {outcome, job id or '', job status or ''}.
+_RECEIVE = """
+local function current()
+  local id = redis.call('GET', KEYS[5])
+  if not id then return '', '' end
+  return id, (redis.call('HGET', ARGV[8] .. id, 'status') or '')
+end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  local id, status = current()
+  return {'duplicate', id, status}
+end
+if ARGV[6] == '1' and redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
+  return {'ignored', '', ''}
+end
+local made = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[5], '0', 'MKSTREAM')
+if type(made) == 'table' and made.err and string.sub(made.err, 1, 9) ~= 'BUSYGROUP' then
+  return made
+end
+local seq = redis.call('INCR', KEYS[3])
+local fields = {'ts', ARGV[1], 'text', ARGV[2], 'seq', tostring(seq)}
+if ARGV[3] ~= '' then
+  fields[#fields + 1] = 'author'
+  fields[#fields + 1] = ARGV[3]
+end
+local entry = redis.call('XADD', KEYS[1], '*', unpack(fields))
+redis.call('HSET', KEYS[2], ARGV[1], entry)
+for i = 1, 3 do
+  redis.call('EXPIRE', KEYS[i], ARGV[4])
+end
+local id, status = current()
+if status == 'queued' or status == 'running' or status == 'awaiting_approval' then
+  return {'joined', id, status}
+end
+local n = redis.call('INCR', KEYS[4])
+redis.call('EXPIRE', KEYS[4], ARGV[9])
+id = ARGV[7] .. n
+local key = ARGV[8] .. id
+local data = string.gsub(ARGV[10], '__JOB_ID__', id, 1)
+redis.call('HSET', key, 'status', 'queued', 'fence', '0', 'data', data)
+redis.call('EXPIRE', key, ARGV[9])
+redis.call('SET', KEYS[5], id, 'EX', ARGV[9])
+return {'created', id, 'queued'}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    outcome: Outcome
+    job_id: str | None  # the job that takes the message in (the current one if duplicate)
+    status: JobStatus | None
+    record: JobRecord | None = None  # the new job, when one was created
+
+    @property
+    def needs_run(self) -> bool:
+        """Whether the caller should (re)schedule ``job_id``: a new job, or a duplicate
+        delivery whose job is still ``queued`` (its first delivery may never have been
+        answered)."""
+        return self.outcome == "created" or (
+            self.outcome == "duplicate" and self.status is JobStatus.QUEUED
+        )
+
+
+class Receiver:
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys, *, now: Callable[[], float] = time.time
+    ) -> None:
+        self._keys = keys
+        self._now = now
+        self._script = redis.register_script(_RECEIVE)
+
+    async def receive(
+        self,
+        thread: Thread,
+        *,
+        ts: str,
+        user: str,
+        text: str,
+        limits: JobLimits,
+        needs_conversation: bool = False,
+    ) -> Receipt:
+        """Persist a human message and start a job for it unless one is live
+        (see the module docstring)."""
+        keys = self._keys
+        now = self._now()
+        template = JobRecord(
+            id="__JOB_ID__",
+            channel=thread.channel,
+            thread_ts=thread.thread_ts,
+            requester=user,
+            request_ts=ts,
+            created_at=now,
+            updated_at=now,
+            limits=limits,
+        )
+        first = thread.job_id(0)
+        async with translated("message receipt"):
+            outcome, job_id, status = await self._script(
+                keys=[
+                    keys.inject(thread),
+                    keys.inject_seen(thread),
+                    keys.inject_seq(thread),
+                    keys.jobs_counter(thread),
+                    keys.current_job(thread),
+                    keys.history(thread),
+                ],
+                args=[
+                    ts,
+                    text,
+                    user,
+                    HISTORY_TTL_S,
+                    GROUP,
+                    "1" if needs_conversation else "0",
+                    first[:-1],
+                    keys.job(first)[: -len(first)],
+                    JOB_TTL_S,
+                    template.model_dump_json(),
+                ],
+            )
+        outcome = _str(outcome)
+        job_id = _str(job_id) or None
+        record = None
+        if outcome == "created" and job_id is not None:
+            record = template.model_copy(update={"id": job_id})
+        return Receipt(
+            outcome=outcome,  # type: ignore[arg-type]  # the script's closed set
+            job_id=job_id,
+            status=JobStatus(_str(status)) if _str(status) else None,
+            record=record,
+        )
+
+
+def _str(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
