@@ -1,19 +1,32 @@
 """Slack ack latency under load, and time to the first status message.
 
-`opsloop serve` runs as its own process on real Redis (AOF, appendfsync always), the fake
-Slack Web API and the scripted model server (answers instantly) run in this process.
+`opsloop serve` runs as its own process on real Redis (AOF, appendfsync always); the fake
+Slack Web API and the scripted model server (answers instantly) run in a second process,
+and the load generator in this one. On a machine with 2+ cores the bot is pinned to core
+0 and everything else (Redis, fakes, load) to the other cores, so the figures measure the
+bot, not its neighbours (as in production, where Slack and the model are remote).
 Signed `app_mention` events, each in a new thread (so each starts a real job), are sent
 at 20, 50 and 100 per second for a few seconds each. Reported per rate: ack latency
-p50/p99, non-2xx answers, and the time from sending an event to the bot's status message
-(p50/p99).
+p50/p99 as the sender sees it, the share of acks the bot itself timed under 50 ms and the
+bucket bound of its p99 (its `opsloop_ack_seconds` histogram), non-2xx answers, and the time from sending an event to
+the bot's status message (p50/p99).
 
-    python benchmarks/slack_ack.py [--seconds 4]
+    python benchmarks/slack_ack.py [--seconds 4] [--profile]
+
+``--profile`` samples the bot with py-spy (``pip install py-spy``) during the 100/s
+run and prints where its time goes: the busiest functions by own time, and the share of
+samples inside each layer (bolt, slack-sdk, redis-py, aiohttp, opsloop).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
+import multiprocessing
+import os
+import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -22,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from aiohttp import web
 
 from bot.llm.scripted import Reply, ScriptedServer
 from bot.slack.fake import FakeSlack
@@ -39,12 +53,43 @@ class TimedSlack(FakeSlack):
         self.first_post: dict[str, float] = {}
 
     async def _handle(self, request: Any) -> Any:
+        if request.match_info["method"] == "bench.firstPosts":
+            return web.json_response(self.first_post)
         response = await super()._handle(request)
         if self.calls and self.calls[-1].method == "chat.postMessage":
             thread = self.calls[-1].params.get("thread_ts")
             if thread and thread not in self.first_post:
-                self.first_post[str(thread)] = time.perf_counter()
+                self.first_post[str(thread)] = time.monotonic()
         return response
+
+
+def pin(pid: int, cores: set[int]) -> None:
+    if hasattr(os, "sched_setaffinity") and cores:
+        os.sched_setaffinity(pid, cores)
+
+
+def backends(ports: Any, cores: set[int]) -> None:
+    """The child process: fake Slack and the scripted model until terminated."""
+    pin(0, cores)
+
+    async def serve() -> None:
+        model = ScriptedServer(lambda request: Reply(content="ok"))
+        await model.start()
+        async with TimedSlack() as slack:
+            ports.send((slack.api_url, model.base_url))
+            await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+def ack_histogram(metrics: str) -> dict[float, float]:
+    """``le`` bound → cumulative count of ``opsloop_ack_seconds``."""
+    found = {}
+    for line in metrics.splitlines():
+        match = re.match(r'opsloop_ack_seconds_bucket\{le="([^"]+)"\} (\S+)', line)
+        if match:
+            found[float(match.group(1))] = float(match.group(2))
+    return found
 
 
 def pct(values: list[float], q: float) -> float:
@@ -55,7 +100,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def load(
-    http: httpx.AsyncClient, url: str, slack: TimedSlack, rate: int, seconds: float
+    http: httpx.AsyncClient, url: str, slack_url: str, rate: int, seconds: float
 ) -> tuple[list[float], int, list[float]]:
     acks: list[float] = []
     bad = 0
@@ -66,10 +111,10 @@ async def load(
         event = mention("CBENCH", "U1", "status?")
         body = event_body(event)
         headers = {**sign(body, SECRET), "Content-Type": "application/json"}
-        start = time.perf_counter()
+        start = time.monotonic()
         sent_at[event["ts"]] = start
         response = await http.post(url, content=body, headers=headers)
-        acks.append((time.perf_counter() - start) * 1000)
+        acks.append((time.monotonic() - start) * 1000)
         if response.status_code >= 300:
             bad += 1
 
@@ -82,53 +127,136 @@ async def load(
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one()))
     await asyncio.gather(*tasks)
-    deadline = time.perf_counter() + 30
-    while len([ts for ts in sent_at if ts in slack.first_post]) < total:
-        if time.perf_counter() > deadline:
+    deadline = time.monotonic() + 30
+    while True:
+        first_post = (await http.get(slack_url + "bench.firstPosts")).json()
+        if len([ts for ts in sent_at if ts in first_post]) >= total:
             break
-        await asyncio.sleep(0.05)
-    firsts = [
-        (slack.first_post[ts] - sent) * 1000
-        for ts, sent in sent_at.items()
-        if ts in slack.first_post
-    ]
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    firsts = [(first_post[ts] - sent) * 1000 for ts, sent in sent_at.items() if ts in first_post]
     return acks, bad, firsts
 
 
-async def main(seconds: float) -> None:
+class Endpoint:
+    """What ``bot_env`` reads of the fakes running in the other process."""
+
+    def __init__(self, url: str) -> None:
+        self.api_url = self.base_url = url
+
+
+LAYERS = {  # py-spy names files relative to their sys.path entry
+    "slack_bolt": "(slack_bolt/",
+    "slack_sdk": "(slack_sdk/",
+    "redis-py": "(redis/",
+    "aiohttp": "(aiohttp/",
+    "httpx/httpcore (model calls)": "(httpcore/",
+    "pydantic": "(pydantic",
+    "opsloop bot/": "(bot/",
+    "opsloop bot/agent (the loop)": "(bot/agent/",
+    "  the ack path (SlackBot._events)": "SlackBot._events (",
+    "  running jobs (Turns.run_job)": "Turns.run_job (",
+    "  status, answer, ending (JobProgress)": "JobProgress.",
+    "  paced chat.update (UpdateBudget)": "UpdateBudget.",
+    "  eyes reactions": "SlackBot._eyes (",
+}
+
+
+async def profile(pid: int, seconds: float, out: Path) -> asyncio.subprocess.Process | None:
+    if shutil.which("py-spy") is None:
+        print("(--profile: py-spy is not installed)")
+        return None
+    return await asyncio.create_subprocess_exec(
+        "py-spy", "record", "-p", str(pid), "-d", str(int(seconds) + 1), "-r", "250",
+        "-f", "raw", "-o", str(out), "--nonblocking",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def report_profile(path: Path) -> None:
+    own: dict[str, int] = {}
+    layers = dict.fromkeys(LAYERS, 0)
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        leaf = frames[-1]
+        own[leaf] = own.get(leaf, 0) + n
+        for layer, marker in LAYERS.items():
+            if any(marker in frame for frame in frames):
+                layers[layer] += n
+    if not total:
+        return
+    print(f"\nprofile of the bot at 100/s ({total} samples at 250 Hz): layers (inclusive)")
+    for layer, n in sorted(layers.items(), key=lambda kv: -kv[1]):
+        print(f"  {n / total:6.1%}  {layer}")
+    print("busiest functions (own time)")
+    for leaf, n in sorted(own.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"  {n / total:6.1%}  {leaf[:110]}")
+
+
+async def main(seconds: float, profiling: bool = False) -> None:
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    bot_cores, other_cores = ({cores[0]}, set(cores[1:])) if len(cores) > 1 else (set(), set())
+    pin(0, other_cores)
+    receive, send = multiprocessing.Pipe(duplex=False)
+    child = multiprocessing.get_context("spawn").Process(
+        target=backends, args=(send, other_cores), daemon=True
+    )
+    child.start()
+    slack_url, model_url = receive.recv()
     with tempfile.TemporaryDirectory() as tmp:
         redis = ManagedRedis(Path(tmp) / "redis").start()
-        model = ScriptedServer(lambda request: Reply(content="ok"))
-        await model.start()
-        async with TimedSlack() as slack:
-            env = bot_env(slack, redis, model, secret=SECRET)
-            bot = BotProcess(env, Path(tmp) / "bot", secret=SECRET)
-            await bot.start()
-            try:
-                async with httpx.AsyncClient(
-                    limits=httpx.Limits(max_connections=200), timeout=30, trust_env=False
-                ) as http:
-                    print("signed app_mention events against `opsloop serve` (real Redis)")
-                    print(
-                        f"{'rate/s':>6} {'sent':>5} {'non-2xx':>7} {'ack p50':>8} {'ack p99':>8}"
-                        f" {'status p50':>10} {'status p99':>10}  (ms)"
+        env = bot_env(Endpoint(slack_url), redis, Endpoint(model_url), secret=SECRET)
+        bot = BotProcess(env, Path(tmp) / "bot", secret=SECRET)
+        await bot.start()
+        if bot.pid is not None:
+            pin(bot.pid, bot_cores)
+        try:
+            async with httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=200), timeout=30, trust_env=False
+            ) as http:
+                where = f"bot on core {sorted(bot_cores)}, the rest on {sorted(other_cores)}"
+                print(f"signed app_mention events against `opsloop serve` (real Redis; {where})")
+                print(
+                    f"{'rate/s':>6} {'sent':>5} {'non-2xx':>7} {'ack p50':>8} {'ack p99':>8}"
+                    f" {'bot <50ms':>9} {'bot p99 ≤':>11} {'status p50':>10} {'status p99':>10}  (ms)"
+                )
+                for rate in (20, 50, 100):
+                    before = ack_histogram((await http.get(bot.url + "/metrics")).text)
+                    spy = None
+                    if profiling and rate == 100 and bot.pid is not None:
+                        spy = await profile(bot.pid, seconds, Path(tmp) / "profile.txt")
+                    acks, bad, firsts = await load(
+                        http, bot.url + "/slack/events", slack_url, rate, seconds
                     )
-                    for rate in (20, 50, 100):
-                        acks, bad, firsts = await load(
-                            http, bot.url + "/slack/events", slack, rate, seconds
-                        )
-                        print(
-                            f"{rate:>6} {len(acks):>5} {bad:>7} {statistics.median(acks):>8.1f}"
-                            f" {pct(acks, 0.99):>8.1f} {statistics.median(firsts):>10.1f}"
-                            f" {pct(firsts, 0.99):>10.1f}"
-                        )
-            finally:
-                await bot.stop()
-                await model.stop()
-                redis.stop()
+                    after = ack_histogram((await http.get(bot.url + "/metrics")).text)
+                    if spy is not None:
+                        await spy.wait()
+                    counts = {le: n - before.get(le, 0) for le, n in after.items()}
+                    total = counts[math.inf]
+                    fast = counts[0.05]
+                    bot_p99 = min(le for le, n in counts.items() if n >= 0.99 * total)
+                    print(
+                        f"{rate:>6} {len(acks):>5} {bad:>7} {statistics.median(acks):>8.1f}"
+                        f" {pct(acks, 0.99):>8.1f} {fast / total:>9.1%} {bot_p99 * 1000:>11g}"
+                        f" {statistics.median(firsts):>10.1f} {pct(firsts, 0.99):>10.1f}"
+                    )
+            if profiling and (Path(tmp) / "profile.txt").exists():
+                report_profile(Path(tmp) / "profile.txt")
+        finally:
+            await bot.stop()
+            redis.stop()
+            child.terminate()
+            child.join(5)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=4.0)
-    sys.exit(asyncio.run(main(parser.parse_args().seconds)))
+    parser.add_argument("--profile", action="store_true", help="sample the bot with py-spy")
+    args = parser.parse_args()
+    sys.exit(asyncio.run(main(args.seconds, args.profile)))

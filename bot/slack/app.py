@@ -77,7 +77,7 @@ class Metrics:
         self.ack = Histogram(
             "opsloop_ack_seconds",
             "Time to answer Slack",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=self.registry,
         )
 
