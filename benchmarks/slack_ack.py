@@ -8,8 +8,8 @@ bot, not its neighbours (as in production, where Slack and the model are remote)
 Signed `app_mention` events, each in a new thread (so each starts a real job), are sent
 at 20, 50 and 100 per second for a few seconds each. Reported per rate: ack latency
 p50/p99 as the sender sees it, the share of acks the bot itself timed under 50 ms and the
-bucket bound of its p99 (its `opsloop_ack_seconds` histogram), non-2xx answers, and the time from sending an event to
-the bot's status message (p50/p99).
+bucket bound of its p99 (its `opsloop_ack_seconds` histogram), non-2xx answers, and the
+time from sending an event to the bot's status message (p50/p99).
 
     python benchmarks/slack_ack.py [--seconds 4] [--profile]
 
@@ -223,7 +223,8 @@ async def main(seconds: float, profiling: bool = False) -> None:
                 print(f"signed app_mention events against `opsloop serve` (real Redis; {where})")
                 print(
                     f"{'rate/s':>6} {'sent':>5} {'non-2xx':>7} {'ack p50':>8} {'ack p99':>8}"
-                    f" {'bot <50ms':>9} {'bot p99 ≤':>11} {'status p50':>10} {'status p99':>10}  (ms)"
+                    f" {'bot <50ms':>9} {'bot p99 ≤':>11}"
+                    f" {'status p50':>10} {'status p99':>10}  (ms)"
                 )
                 for rate in (20, 50, 100):
                     before = ack_histogram((await http.get(bot.url + "/metrics")).text)
