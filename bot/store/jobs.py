@@ -299,6 +299,26 @@ class Jobs:
             await self._unindex(record.id)
         return new
 
+    async def request_cancel(self, job_id: str, by: str) -> None:
+        """Stop a running job: the flag its loop reads every step (kept with the job,
+        so a process resuming it after a crash sees it too), and a message that
+        cancels an in-flight call at once in whichever process runs it."""
+        async with translated("job cancel"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hsetnx(self._keys.job(job_id), "cancel", by)
+                pipe.publish(self._keys.cancel_channel(), f"{job_id}|{by}")
+                await pipe.execute()
+
+    async def cancel_requested(self, job_id: str) -> str | None:
+        """Who pressed Stop on the job, if anyone."""
+        async with translated("job cancel flag"):
+            by = await self._redis.hget(self._keys.job(job_id), "cancel")
+        return str(by) if by else None
+
+    async def unindex(self, job_id: str) -> None:
+        """Drop a job from the scanner's index (it ended, or the hint is stale)."""
+        await self._unindex(job_id)
+
     async def _unindex(self, job_id: str) -> None:
         async with translated("job unindex"):
             await self._redis.zrem(self._keys.active_jobs(), job_id)

@@ -114,6 +114,10 @@ class Keys:
         """ZSET ``job_id|call_id`` → expiry time, for the scanner."""
         return f"{self.prefix}index:approvals"
 
+    def cancel_channel(self) -> str:
+        """Pub/sub channel: ``job_id|user`` when someone presses Stop."""
+        return f"{self.prefix}cancel"
+
     def event(self, event_id: str) -> str:
         return f"{self.prefix}event:{event_id}"
 

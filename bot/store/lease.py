@@ -87,6 +87,12 @@ class Leases:
             ok = await self._release(keys=[self._keys.lease(lease.thread)], args=[lease.value])
         return bool(ok == 1)
 
+    async def expires_in(self, thread: Thread) -> float | None:
+        """Seconds until the thread's lease expires; ``None`` if nobody holds it."""
+        async with translated("lease ttl"):
+            ms = await self._redis.pttl(self._keys.lease(thread))
+        return int(ms) / 1000 if int(ms) > 0 else None
+
     async def holder(self, thread: Thread) -> str | None:
         async with translated("lease holder"):
             value = await self._redis.get(self._keys.lease(thread))

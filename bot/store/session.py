@@ -4,6 +4,8 @@ The agent core calls ``checkpoint(state)`` at the end of every step (its
 ``on_checkpoint``). One Lua script checks the job's status and the writer's fencing
 token, appends the buffered history messages and trace entries, and saves the job
 record with the loop's progress: a process that lost its lease writes nothing at all.
+The same script reads the job's cancel flag (set by ``Stop``), so the flag is read
+every step at no extra cost; ``on_cancel`` hears who set it.
 With the inject check at the start of the iteration, that is two round trips per
 iteration on the hot path.
 """
@@ -43,6 +45,8 @@ if #ARGV > 8 + n then
 end
 redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'data', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
+local stop = redis.call('HGET', KEYS[1], 'cancel')
+if stop then return 'cancel:' .. stop end
 return 1
 """
 
@@ -59,6 +63,7 @@ class JobSession:
         history: RedisHistory,
         *,
         trace: TraceRecorder | None = None,
+        on_cancel: Callable[[str], None] | None = None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._redis = redis
@@ -67,6 +72,7 @@ class JobSession:
         self.lease = lease
         self.history = history
         self._trace = trace
+        self._on_cancel = on_cancel
         self._now = now
         self._script = redis.register_script(_CHECKPOINT)
 
@@ -101,10 +107,15 @@ class JobSession:
         except BaseException:
             self._put_back(items, traces)
             raise
+        stopped_by = None
+        if isinstance(outcome, str) and outcome.startswith("cancel:"):
+            stopped_by, outcome = outcome.removeprefix("cancel:"), 1
         if outcome != 1:
             self._put_back(items, traces)
             raise StoreConflict(f"job {record.id} checkpoint refused: {outcome}")
         self.record = record
+        if stopped_by is not None and self._on_cancel is not None:
+            self._on_cancel(stopped_by)
 
     def _put_back(self, items: list[str], traces: list[str]) -> None:
         self.history.restore(items)

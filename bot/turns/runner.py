@@ -7,31 +7,54 @@ saved progress with its remaining budget, and ends it atomically with a look at 
 inject stream: a reply that arrived after the loop's last read starts a new job.
 The request message itself enters the conversation through the inject stream, exactly
 like a reply, so there is one path into the history.
+
+Approvals: the core's ``confirm`` creates the pending approval (``bot.store.approvals``)
+and the job pauses as ``awaiting_approval``; once it is saved and the lease released,
+``on_paused`` posts the card. Whoever wins the decision calls ``run_job`` again, which
+resumes the job with the decision. Stop: ``stop`` ends a job nobody runs (queued or
+awaiting approval) at once, and otherwise sets the job's cancel flag (read with every
+checkpoint) and publishes it, so the process running the job cancels its token
+(``listen_for_stops``). Continue: ``raise_limit`` records the raise and makes the job
+runnable again (same job, same history).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from bot.agent import AgentConfig, Limits, RunResult, run
+from bot.agent.cancel import CancelToken
 from bot.agent.events import Event, EventSink
-from bot.agent.ports import ClientResolver, Condense, Injected
+from bot.agent.ports import (
+    ClientResolver,
+    Condense,
+    ConfirmRequest,
+    Decision,
+    Denied,
+    Injected,
+    Pending,
+)
 from bot.agent.state import StopReason
+from bot.store.approvals import ApprovalRecord, Approvals, to_decision
 from bot.store.artifacts import RedisArtifacts
+from bot.store.connection import StoreConflict
 from bot.store.history import RedisHistory
 from bot.store.inject import RedisInject
-from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus
+from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus, LimitRaise, Via
 from bot.store.keys import Keys, Thread
 from bot.store.lease import Lease, LeaseKeeper, Leases
-from bot.store.ledger import RedisLedger
+from bot.store.ledger import LedgerRecord, RedisLedger
 from bot.store.receipt import Receipt, Receiver
 from bot.store.session import JobSession
 from bot.store.trace import TraceRecorder
@@ -46,7 +69,11 @@ def process_name() -> str:
 
 
 class JobSink(Protocol):
-    """A job's progress reporter: receives the run's events, then ``aclose``."""
+    """A job's progress reporter: receives the run's events, then ``aclose``.
+    ``status_ts`` is its status message (kept in the job so a resumed run edits it)."""
+
+    @property
+    def status_ts(self) -> str | None: ...
 
     def __call__(self, event: Event) -> None: ...
 
@@ -59,6 +86,29 @@ class TurnSettings:
     max_output_tokens: int = 4096
     condense_at_tokens: int | None = None
     stream: bool = False
+    approval_ttl_s: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class StopOutcome:
+    """What ``stop`` did: ``cancelled`` at once (nobody ran the job), ``signalled`` to
+    the process running it, or the job had already ``ended``."""
+
+    kind: Literal["cancelled", "signalled", "ended"]
+    record: JobRecord | None
+    approval: ApprovalRecord | None = None  # the pending card it cancelled
+
+
+LIMIT_FIELDS: dict[JobStatus, tuple[Literal["iterations", "tokens", "deadline"], str]] = {
+    JobStatus.LIMIT_ITERATIONS: ("iterations", "max_iterations"),
+    JobStatus.LIMIT_TOKENS: ("tokens", "token_budget"),
+    JobStatus.LIMIT_DEADLINE: ("deadline", "deadline_s"),
+}
+
+
+def stopped_by(user: str) -> str:
+    """The cancel reason naming who pressed Stop (the ending shows it)."""
+    return f"stopped by <@{user}>"
 
 
 @dataclass(kw_only=True)
@@ -73,20 +123,29 @@ class Turns:
     settings: TurnSettings
     condense: Condense | None = None
     consumer: str = field(default_factory=process_name)
-    # The Slack edge's hooks: a visible ack for taken-in replies, and a progress sink
-    # opened for each job once this process holds its lease (it posts the status
-    # message) and closed when the run is over.
+    # The Slack edge's hooks: a visible ack for taken-in replies; a progress sink
+    # opened for each job once this process holds its lease (it posts or takes over
+    # the status message) and closed when the run is over; the approval card, posted
+    # once the paused job is saved; a note to people about calls whose outcome an
+    # interruption made unknown.
     on_visible_ack: Callable[[Thread, Sequence[Injected]], Awaitable[None]] | None = None
     progress: Callable[[JobRecord], Awaitable[JobSink]] | None = None
+    on_paused: Callable[[JobRecord, ApprovalRecord], Awaitable[None]] | None = None
+    on_unknown_outcome: Callable[[JobRecord, Sequence[LedgerRecord]], Awaitable[None]] | None = None
 
     jobs: Jobs = field(init=False)
     leases: Leases = field(init=False)
     receiver: Receiver = field(init=False)
+    approvals: Approvals = field(init=False)
+    ledger: RedisLedger = field(init=False)
+    running: dict[str, CancelToken] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.redis, self.keys)
         self.leases = Leases(self.redis, self.keys)
         self.receiver = Receiver(self.redis, self.keys)
+        self.approvals = Approvals(self.redis, self.keys)
+        self.ledger = RedisLedger(self.redis, self.keys)
 
     # -- the ack path ---------------------------------------------------------------
 
@@ -126,8 +185,10 @@ class Turns:
 
     async def _run_once(self, job_id: str) -> tuple[RunResult, str | None] | None:
         record = await self.jobs.get(job_id)
-        if record is None or record.status.final or record.status is JobStatus.AWAITING_APPROVAL:
+        if record is None or record.status.final or job_id in self.running:
             return None
+        if record.status is JobStatus.AWAITING_APPROVAL and await self.decision(record) is None:
+            return None  # still waiting for a human
         lease = await self.leases.acquire(record.thread)
         if lease is None:
             return None
@@ -135,18 +196,198 @@ class Turns:
             record = await self.jobs.get(job_id)
             if record is None or record.status.final:
                 return None
-            status = JobStatus.RUNNING if record.status is JobStatus.QUEUED else record.status
-            record = await self.jobs.save(record, status, fence=lease.fence)
-            return await self._run(record, lease.fence, lease)
+            decision = None
+            via: Via | None = None
+            if record.status is JobStatus.AWAITING_APPROVAL:
+                decision = await self.decision(record)
+                if decision is None:
+                    return None
+                via = "decision"
+            record = await self.jobs.save(record, JobStatus.RUNNING, fence=lease.fence, via=via)
+            result, follow = await self._run(record, lease.fence, lease, decision)
+        if result.stop_reason is StopReason.AWAITING_APPROVAL:
+            await self._paused(job_id, result)
+        return result, follow
+
+    async def decision(self, record: JobRecord) -> Decision | None:
+        """The decision a job awaiting approval can resume with; ``None`` while pending."""
+        pending = record.progress.pending
+        if pending is None or pending.approval is None:
+            # Nothing to decide (a pause saved without its call): resume and let the
+            # loop ask again.
+            return Denied(reason="the approval request was lost; ask again if still needed")
+        approval = await self.approvals.get(record.id, pending.approval.call_id)
+        if approval is None:
+            return Denied(reason="the approval request was lost; ask again if still needed")
+        if approval.status == "pending":
+            return None
+        return to_decision(approval)
+
+    async def _paused(self, job_id: str, result: RunResult) -> None:
+        """The job is saved as awaiting approval and its lease released: show the card."""
+        if result.approval is None or self.on_paused is None:
+            return
+        record = await self.jobs.get(job_id)
+        approval = await self.approvals.get(job_id, result.approval.call_id)
+        if record is None or approval is None or approval.card_ts is not None:
+            return  # no record, or the card is already in the thread (a re-ask)
+        await self.on_paused(record, approval)
+
+    # -- Stop and Continue ---------------------------------------------------------
+
+    async def stop(self, job_id: str, by: str) -> StopOutcome:
+        """Stop the job on behalf of ``by``: at once if nobody runs it, else by flag and
+        signal (the running loop ends it ``cancelled``)."""
+        for _ in range(3):
+            record = await self.jobs.get(job_id)
+            if record is None or record.status.final:
+                return StopOutcome("ended", record)
+            if record.status is JobStatus.RUNNING:
+                await self.jobs.request_cancel(job_id, by)
+                return StopOutcome("signalled", record)
+            try:
+                saved = await self.jobs.save(
+                    record,
+                    JobStatus.CANCELLED,
+                    fence=record.fence,
+                    stop_reason=StopReason.CANCELLED.value,
+                    error=stopped_by(by),
+                )
+            except StoreConflict:
+                continue  # it changed meanwhile (picked up, decided): look again
+            approval = None
+            pending = record.progress.pending
+            if pending is not None and pending.approval is not None:
+                decided = await self.approvals.decide(
+                    job_id,
+                    pending.approval.call_id,
+                    outcome="cancelled",
+                    by=by,
+                    args_hash=None,
+                    now=time.time(),
+                )
+                approval = decided.record if decided is not None and decided.won else None
+            return StopOutcome("cancelled", saved, approval)
+        await self.jobs.request_cancel(job_id, by)
+        return StopOutcome("signalled", await self.jobs.get(job_id))
+
+    async def listen_for_stops(self, ready: asyncio.Event | None = None) -> None:
+        """Cancel local runs when someone presses Stop anywhere (pub/sub); reconnects
+        after Redis failures; runs until cancelled. The per-step flag covers messages
+        missed while disconnected."""
+        channel = self.keys.cancel_channel()
+        while True:
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(channel)
+                if ready is not None:
+                    ready.set()
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
+                    data = str(message.get("data") or "")
+                    job_id, _, by = data.partition("|")
+                    token = self.running.get(job_id)
+                    if token is not None and by:
+                        token.cancel(stopped_by(by))
+            except (RedisError, OSError):
+                log.warning("stop signals: Redis unavailable, retrying", exc_info=True)
+                await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+
+    async def raise_limit(self, job_id: str, by: str) -> JobRecord | str:
+        """Continue a job stopped by a limit: raise that limit by its original value,
+        record who did, and make the job runnable; the new record, or why not."""
+        record = await self.jobs.get(job_id)
+        if record is None:
+            return "this job no longer exists"
+        if not record.status.limit:
+            return f"the job is {record.status.value.replace('_', ' ')}, not stopped by a limit"
+        name, field_name = LIMIT_FIELDS[record.status]
+        raised = sum(r.amount for r in record.raises if r.limit == name)
+        current = float(getattr(record.limits, field_name))
+        original = current - raised
+        amount = int(original) if field_name != "deadline_s" else original
+        limits = record.limits.model_copy(
+            update={field_name: type(getattr(record.limits, field_name))(current + amount)}
+        )
+        raises = [*record.raises, LimitRaise(limit=name, amount=amount, by=by, at=time.time())]
+        try:
+            return await self.jobs.save(
+                record,
+                JobStatus.RUNNING,
+                fence=record.fence,
+                via="raise",
+                limits=limits,
+                raises=raises,
+                stop_reason=None,
+            )
+        except StoreConflict:
+            return "someone else continued or changed this job first"
 
     async def _run(
-        self, record: JobRecord, fence: int, lease: Lease
+        self, record: JobRecord, fence: int, lease: Lease, decision: Decision | None
+    ) -> tuple[RunResult, str | None]:
+        token = CancelToken()
+        self.running[record.id] = token
+        try:
+            return await self._run_with(record, fence, lease, decision, token)
+        finally:
+            self.running.pop(record.id, None)
+
+    async def _run_with(
+        self,
+        record: JobRecord,
+        fence: int,
+        lease: Lease,
+        decision: Decision | None,
+        token: CancelToken,
     ) -> tuple[RunResult, str | None]:
         thread = record.thread
+        if (by := await self.jobs.cancel_requested(record.id)) is not None:
+            token.cancel(stopped_by(by))
         history = RedisHistory(self.redis, self.keys, thread)
         await history.history()
+        reporter = await self.progress(record) if self.progress is not None else None
+        if reporter is not None and reporter.status_ts:
+            record = record.model_copy(
+                update={"meta": {**record.meta, "status_ts": reporter.status_ts}}
+            )
+        record = await self._report_unknown_outcomes(record)
         trace = TraceRecorder(record.id)
-        session = JobSession(self.redis, self.keys, record, lease, history, trace=trace)
+        session = JobSession(
+            self.redis,
+            self.keys,
+            record,
+            lease,
+            history,
+            trace=trace,
+            on_cancel=lambda who: token.cancel(stopped_by(who)),
+        )
+
+        async def confirm(request: ConfirmRequest) -> Decision:
+            now = time.time()
+            stored = await self.approvals.create(
+                ApprovalRecord(
+                    job_id=request.job_id,
+                    call_id=request.call_id,
+                    tool=request.tool,
+                    category=request.category,
+                    args_hash=request.args_hash,
+                    arguments=request.arguments,
+                    reason=request.reason,
+                    dry_run_output=request.dry_run_output,
+                    requester=record.requester,
+                    channel=thread.channel,
+                    thread_ts=thread.thread_ts,
+                    requested_at=now,
+                    expires_at=now + self.settings.approval_ttl_s,
+                )
+            )
+            return Pending() if stored.status == "pending" else to_decision(stored)
 
         async def visible_ack(items: Sequence[Injected]) -> None:
             if self.on_visible_ack is not None:
@@ -161,7 +402,6 @@ class Turns:
             on_visible_ack=visible_ack,
         )
         sinks: list[EventSink] = [trace]
-        reporter = await self.progress(record) if self.progress is not None else None
         if reporter is not None:
             sinks.append(reporter)
 
@@ -188,16 +428,38 @@ class Turns:
             on_event=on_event,
             on_checkpoint=session.checkpoint,
             artifacts=RedisArtifacts(self.redis, self.keys),
-            ledger=RedisLedger(self.redis, self.keys),
+            ledger=self.ledger,
+            confirm=confirm,
+            cancel=token,
             stream=self.settings.stream,
         )
         try:
-            result = await run(config, record.progress)
+            result = await run(config, record.progress, decision)
             follow = await self._end(session.record, result, fence, inject.seen_seq)
         finally:
             if reporter is not None:
                 await reporter.aclose()
         return result, follow
+
+    async def _report_unknown_outcomes(self, record: JobRecord) -> JobRecord:
+        """Tell people about mutating calls an interruption left without a result (once
+        per call); the loop tells the model when it meets them."""
+        if self.on_unknown_outcome is None or not record.progress.call_ids:
+            return record
+        told = set(filter(None, record.meta.get("unknown_told", "").split(",")))
+        entries = await self.ledger.entries(record.id)
+        unknown = {
+            key: entry
+            for key, entry in entries.items()
+            if entry.state == "started" and key not in told
+        }
+        if not unknown:
+            return record
+        await self.on_unknown_outcome(record, list(unknown.values()))
+        told.update(unknown)
+        return record.model_copy(
+            update={"meta": {**record.meta, "unknown_told": ",".join(sorted(told))}}
+        )
 
     async def _end(self, record: JobRecord, result: RunResult, fence: int, seen: int) -> str | None:
         """Save how the job ended; the id of a follow-up job if replies are pending."""

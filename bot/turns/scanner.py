@@ -1,0 +1,129 @@
+"""The one periodic loop: find work nobody is doing, and expire old cards.
+
+Every ``SCAN_INTERVAL_S`` (5 s) each process looks at the live jobs that are due in the
+process-wide index (``Jobs.due``) and at approvals past their expiry
+(``Approvals.due``):
+
+- ``queued``: (re)schedule it; the thread's lease decides who runs it.
+- ``running`` with no lease: its process died; resume it (from its last step). With a
+  lease held elsewhere: look again just after that lease would expire (a timer, so a
+  crashed process's job is taken over within the lease's 15 s, not 15 s + a scan).
+- ``awaiting_approval`` whose approval was decided but never resumed (the deciding
+  process died): resume it.
+- an approval past its expiry: decide it ``expired`` (atomic; a click that won first
+  stands), edit its card, and resume its job, whose model then reads
+  ``Error: declined: approval expired``.
+
+Indexes are hints: everything is re-read and every transition is a compare-and-set, so
+any number of processes may scan at once. A Redis outage skips a scan, never ends the
+loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from bot.errors import StoreError
+from bot.store.approvals import ApprovalRecord
+from bot.store.jobs import JobStatus
+from bot.turns.runner import Turns
+
+log = logging.getLogger(__name__)
+
+SCAN_INTERVAL_S = 5.0
+LEASE_MARGIN_S = 0.2  # look again this long after a lease would have expired
+AWAITING_RECHECK_S = 30.0  # a paused job is mostly resumed by its click, not the scan
+
+
+class Scanner:
+    def __init__(
+        self,
+        turns: Turns,
+        *,
+        schedule: Callable[[str], None],
+        on_expired: Callable[[ApprovalRecord], Awaitable[None]],
+        interval_s: float = SCAN_INTERVAL_S,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.turns = turns
+        self.schedule = schedule
+        self.on_expired = on_expired
+        self.interval_s = interval_s
+        self.now = now
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    async def run(self) -> None:
+        """Scan every interval until cancelled."""
+        try:
+            while True:
+                try:
+                    await self.scan()
+                except StoreError:
+                    log.warning("scan skipped: Redis unavailable", exc_info=True)
+                except Exception:
+                    log.exception("scan failed")
+                await asyncio.sleep(self.interval_s)
+        finally:
+            for timer in self._timers.values():
+                timer.cancel()
+
+    async def scan(self) -> None:
+        now = self.now()
+        for job_id, call_id in await self.turns.approvals.due(now):
+            await self._expire(job_id, call_id, now)
+        for job_id in await self.turns.jobs.due(now):
+            await self._look_at(job_id, now)
+
+    async def _expire(self, job_id: str, call_id: str, now: float) -> None:
+        result = await self.turns.approvals.decide(
+            job_id, call_id, outcome="expired", by=None, args_hash=None, now=now
+        )
+        if result is None or not result.won:
+            return
+        log.info("approval %s/%s expired", job_id, call_id)
+        try:
+            await self.on_expired(result.record)
+        except Exception:
+            log.warning("could not mark the card of %s/%s expired", job_id, call_id, exc_info=True)
+        self.schedule(job_id)
+
+    async def _look_at(self, job_id: str, now: float) -> None:
+        turns = self.turns
+        if job_id in turns.running:
+            await turns.jobs.index(job_id, now + self.interval_s)
+            return
+        record = await turns.jobs.get(job_id)
+        if record is None or record.status.final:
+            await turns.jobs.unindex(job_id)  # a stale hint
+            return
+        match record.status:
+            case JobStatus.QUEUED:
+                self.schedule(job_id)
+                await turns.jobs.index(job_id, now + self.interval_s)
+            case JobStatus.RUNNING:
+                left = await turns.leases.expires_in(record.thread)
+                if left is None:
+                    log.info("job %s has no live lease: resuming it", job_id)
+                    self.schedule(job_id)
+                    await turns.jobs.index(job_id, now + self.interval_s)
+                else:
+                    self._later(job_id, left + LEASE_MARGIN_S)
+                    await turns.jobs.index(job_id, now + left + LEASE_MARGIN_S)
+            case JobStatus.AWAITING_APPROVAL:
+                if await turns.decision(record) is not None:
+                    self.schedule(job_id)
+                await turns.jobs.index(job_id, now + AWAITING_RECHECK_S)
+
+    def _later(self, job_id: str, delay: float) -> None:
+        """Try the job again when its current lease would have expired."""
+        if delay > self.interval_s * 3 or job_id in self._timers:
+            return
+
+        def fire() -> None:
+            self._timers.pop(job_id, None)
+            self.schedule(job_id)
+
+        self._timers[job_id] = asyncio.get_running_loop().call_later(delay, fire)
