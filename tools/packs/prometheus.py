@@ -1,0 +1,521 @@
+"""The ``prometheus`` pack: PromQL queries, the server's alerts and its scrape targets.
+
+All four tools are read-only. ``PROMETHEUS_URL`` is the server's base URL; a path prefix
+(``https://ops.example/prometheus``) and ``user:password@`` basic auth are kept, and the
+password is never shown. Answers are summaries, never dumps: label sets in PromQL form
+(labels every series shares said once), values as short numbers, at most ``MAX_SERIES``
+series, a range query as min/avg/max/first/last per series.
+
+``Backend`` is the one HTTP client of a pack (connect timeout 3 s, at most 10 s and 16 MB
+per request, closed through ``Pack.closers``) and the one place where transport and
+HTTP failures become ``ToolError`` messages. It and the small formatting helpers are
+shared with the ``alertmanager`` pack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import httpx
+from pydantic import Field
+
+from bot.agent.tools import Tool
+from bot.errors import ConfigError, ToolError
+from tools.base import tool
+from tools.packs import Pack, PackConfig
+
+CONNECT_TIMEOUT_S = 3.0
+TOTAL_TIMEOUT_S = 10.0  # per request, connect to last byte
+TOOL_TIMEOUT_S = 15.0  # the core's bound; ours fires first with a clearer message
+MAX_BODY_BYTES = 16_000_000
+ERROR_CHARS = 500  # of an error the backend reports
+MAX_SERIES = 20
+MAX_ALERTS = 30
+MAX_DOWN_TARGETS = 20
+MAX_RANGE_MINUTES = 7 * 24 * 60
+AUTO_POINTS = 240  # the default step aims at about this many points...
+MIN_AUTO_STEP_S = 15  # ...but no finer than a usual scrape interval
+MAX_POINTS = 1000  # a finer step is raised to stay under this (Prometheus allows 11,000)
+LABEL_VALUE_CHARS = 80
+TEXT_CHARS = 200
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_STEP_PATTERN = r"^\s*(\d+(\.\d+)?|((\d+)(ms|s|m|h|d|w|y))+)\s*$"
+
+Step = (
+    Annotated[float, Field(gt=0, le=MAX_RANGE_MINUTES * 60)]
+    | Annotated[str, Field(pattern=_STEP_PATTERN, max_length=20)]
+    | None
+)
+Query = Annotated[str, Field(min_length=1, max_length=4000)]
+Minutes = Annotated[int, Field(ge=1, le=MAX_RANGE_MINUTES)]
+
+
+def build(config: PackConfig) -> Pack:
+    """The pack against ``PROMETHEUS_URL``; ``ConfigError`` when it is missing or bad."""
+    if not config.prometheus_url:
+        raise ConfigError("PROMETHEUS_URL is required for the prometheus pack")
+    backend = Backend("prometheus", config.prometheus_url, variable="PROMETHEUS_URL")
+    return Pack(tools=prometheus_tools(backend), closers=(backend.aclose,))
+
+
+def prometheus_tools(backend: Backend) -> list[Tool]:
+    """The four tools over one backend (tests build them with short timeouts)."""
+    prometheus = Prometheus(backend)
+
+    @tool(parallel=True, timeout=TOOL_TIMEOUT_S)
+    async def prometheus_query(query: Query) -> str:
+        """Run an instant PromQL query (the value now) and summarise the result.
+
+        Each series is one line: its labels in PromQL form and its value (labels all
+        series share are said once, in the first line); at most 20 series are listed.
+        Use topk(), sum by (...) or label filters to narrow a query.
+
+        Args:
+            query: A PromQL expression, e.g. ``up == 0`` or ``topk(5, node_load1)``.
+        """
+        return await prometheus.query(query)
+
+    @tool(parallel=True, timeout=TOOL_TIMEOUT_S)
+    async def prometheus_query_range(query: Query, minutes: Minutes = 60, step: Step = None) -> str:
+        """Run a PromQL query over the last minutes; summarise each series as
+        min/avg/max/first/last and the number of points (never the raw points).
+
+        At most 20 series are listed. A step that would give more than 1000 points per
+        series is raised (the answer says so).
+
+        Args:
+            query: A PromQL expression, e.g. ``rate(http_requests_total[5m])``.
+            minutes: How far back to look, 1 to 10080 (7 days). Default 60.
+            step: Resolution: a duration such as "30s", "5m", "1h30m", or a number of
+                seconds (60 or "60"). Default: about 240 points over the window, but no
+                finer than 15s.
+        """
+        return await prometheus.query_range(query, minutes, step)
+
+    @tool(parallel=True, timeout=TOOL_TIMEOUT_S)
+    async def prometheus_alerts() -> str:
+        """List the alerts Prometheus's rules have firing or pending, firing first, with
+        labels, since when, and each one's summary annotation (at most 30)."""
+        return await prometheus.alerts()
+
+    @tool(parallel=True, timeout=TOOL_TIMEOUT_S)
+    async def prometheus_targets() -> str:
+        """Scrape target health: up/down counts per job, and every down target with its
+        last scrape error (at most 20)."""
+        return await prometheus.targets()
+
+    return [prometheus_query, prometheus_query_range, prometheus_alerts, prometheus_targets]
+
+
+class Prometheus:
+    """The HTTP API v1 calls and their summaries."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    async def _data(
+        self, path: str, params: Mapping[str, str] | None = None
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The answer's ``data`` and its warnings (as lines to append)."""
+        body = await self.backend.call("GET", path, params=params)
+        if not isinstance(body, dict) or body.get("status") != "success":
+            raise ToolError(f"prometheus answered {path} without success: {clip(str(body))}")
+        warnings = [f"warning: {clip(str(w))}" for w in body.get("warnings") or ()]
+        data = body.get("data")
+        return (data if isinstance(data, dict) else {}), warnings
+
+    async def query(self, query: str) -> str:
+        data, warnings = await self._data("/api/v1/query", {"query": query})
+        kind = data.get("resultType")
+        result: Any = data.get("result") or []
+        if kind == "scalar":
+            text = f"scalar {number(result[1])} at {iso(float(result[0]))}"
+        elif kind == "string":
+            text = f"string {json.dumps(clip(str(result[1])))} at {iso(float(result[0]))}"
+        elif kind == "vector":
+            at = f" at {iso(float(result[0]['value'][0]))}" if result else ""
+            head = f"vector, {plural(len(result), 'series')}{at}"
+            text = _series_listing(head, result, _sample)
+        elif kind == "matrix":
+            text = _series_listing(f"matrix, {plural(len(result), 'series')}", result, _summary)
+        else:
+            raise ToolError(f"prometheus answered an unknown result type {kind!r}")
+        if kind in ("vector", "matrix") and not result:
+            text += " (no data: check the metric name and label filters)"
+        return "\n".join([text, *warnings])
+
+    async def query_range(self, query: str, minutes: int, step: float | str | None) -> str:
+        window = minutes * 60
+        asked = parse_step(step) if step is not None else None
+        chosen = asked or max(math.ceil(window / AUTO_POINTS), MIN_AUTO_STEP_S)
+        floor = window / MAX_POINTS
+        note = ""
+        if chosen < floor:
+            chosen = math.ceil(floor)
+            note = f" (step raised from {duration(asked or 0)} to stay under {MAX_POINTS} points)"
+        end = time.time()
+        start = end - (window // chosen) * chosen  # points land on now: "last" is current
+        params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+        params["step"] = f"{chosen:g}"
+        data, warnings = await self._data("/api/v1/query_range", params)
+        result = data.get("result") or []
+        head = (
+            f"{plural(len(result), 'series')} over the last {duration(window)}, "
+            f"step {duration(chosen)}{note}"
+        )
+        if not result:
+            head += " (no data: check the metric name, label filters and the window)"
+        text = _series_listing(head, result, _summary)
+        return "\n".join([text, *warnings])
+
+    async def alerts(self) -> str:
+        data, _ = await self._data("/api/v1/alerts")
+        alerts = [a for a in data.get("alerts") or () if a.get("state") in ("firing", "pending")]
+        if not alerts:
+            return "no alerts firing or pending"
+        alerts.sort(key=lambda a: (a.get("state") != "firing", a.get("activeAt", "")))
+        firing = sum(1 for a in alerts if a.get("state") == "firing")
+        now = datetime.now(UTC)
+        lines = []
+        for alert in alerts:
+            labels = dict(alert.get("labels") or {})
+            name = labels.pop("alertname", "?")
+            line = f"{alert['state']} {name}{labels_text(labels)}"
+            if since := parse_time(alert.get("activeAt")):
+                line += f" since {iso(since.timestamp())} ({ago(since, now)})"
+            if alert.get("value") is not None:
+                line += f" value {number(alert['value'])}"
+            if text := annotation(alert.get("annotations")):
+                line += f": {text}"
+            lines.append(line)
+        head = f"{plural(len(alerts), 'alert')}: {firing} firing, {len(alerts) - firing} pending"
+        return listing(head, lines, MAX_ALERTS)
+
+    async def targets(self) -> str:
+        data, _ = await self._data("/api/v1/targets", {"state": "active"})
+        targets = data.get("activeTargets") or []
+        if not targets:
+            return "no active scrape targets"
+        jobs: dict[str, list[int]] = {}
+        health = {"up": 0, "down": 0, "unknown": 0}
+        down = []
+        for target in targets:
+            state = target.get("health", "unknown")
+            state = state if state in health else "unknown"
+            health[state] += 1
+            job = str(target.get("scrapePool") or (target.get("labels") or {}).get("job", "?"))
+            counts = jobs.setdefault(job, [0, 0])
+            counts[0] += state == "up"
+            counts[1] += 1
+            if state == "down":
+                down.append(target)
+        head = (
+            f"{plural(len(targets), 'active target')}: {health['up']} up, "
+            f"{health['down']} down, {health['unknown']} unknown"
+        )
+        per_job = ", ".join(f"{job} {up}/{total} up" for job, (up, total) in sorted(jobs.items()))
+        lines = []
+        now = datetime.now(UTC)
+        for target in down:
+            labels = target.get("labels") or {}
+            where = labels.get("instance") or target.get("scrapeUrl", "?")
+            line = f"{labels.get('job', target.get('scrapePool', '?'))} {where}"
+            if (last := parse_time(target.get("lastScrape"))) and last.year > 1:
+                line += f" (last scrape {ago(last, now)})"
+            lines.append(f"{line}: {clip(target.get('lastError') or 'no error reported')}")
+        text = f"{head}\nby job: {per_job}"
+        if lines:
+            text += "\n" + listing("down:", lines, MAX_DOWN_TARGETS)
+        return text
+
+
+def _series_listing(
+    head: str, result: Sequence[Mapping[str, Any]], line: Callable[[str, Mapping[str, Any]], str]
+) -> str:
+    """A line per series (at most ``MAX_SERIES``); labels every series shares are said
+    once in the head (``; all match name{job="node"}``) and left out of the lines."""
+    metrics = [dict(series.get("metric") or {}) for series in result]
+    common: dict[str, str] = {}
+    if len(metrics) > 1:
+        first, rest = metrics[0], metrics[1:]
+        common = {k: v for k, v in first.items() if all(m.get(k) == v for m in rest)}
+    if common:
+        head += f"; all match {series_name(common)}"
+    lines = [
+        line(series_name({k: v for k, v in metric.items() if k not in common}), series)
+        for metric, series in zip(metrics, result, strict=True)
+    ]
+    return listing(head, lines, MAX_SERIES)
+
+
+def _sample(name: str, series: Mapping[str, Any]) -> str:
+    """One instant-vector series: ``labels value``."""
+    return f"{name} {number(series['value'][1])}"
+
+
+def _summary(name: str, series: Mapping[str, Any]) -> str:
+    """One matrix series as ``labels: min … avg … max … first … last … (N points)``, or
+    ``labels: constant … (N points)``."""
+    points = [float(v) for _, v in series.get("values") or ()]
+    real = [v for v in points if not math.isnan(v)]
+    if not real:
+        return f"{name}: {plural(len(points), 'point')}, all NaN"
+    if min(real) == max(real) and len(real) == len(points):
+        return f"{name}: constant {number(real[0])} ({plural(len(points), 'point')})"
+    stats = (
+        f"min {number(min(real))} avg {number(sum(real) / len(real))} max {number(max(real))} "
+        f"first {number(points[0])} last {number(points[-1])}"
+    )
+    return f"{name}: {stats} ({plural(len(points), 'point')})"
+
+
+def listing(head: str, lines: Sequence[str], limit: int) -> str:
+    """``head`` and at most ``limit`` lines, then ``… N more``."""
+    shown = list(lines[:limit])
+    if len(lines) > limit:
+        shown.append(f"… {len(lines) - limit} more")
+    return "\n".join([head, *shown]) if shown else head
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 alert``, ``2 alerts``, ``2 series``."""
+    return f"{n} {noun}" if n == 1 or noun.endswith("series") else f"{n} {noun}s"
+
+
+# ---- the HTTP client shared by the prometheus and alertmanager packs -------------------
+
+
+class Backend:
+    """One ``httpx.AsyncClient`` against a backend's base URL; see the module docstring."""
+
+    def __init__(
+        self,
+        kind: str,
+        url: str,
+        *,
+        variable: str,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        total_timeout: float = TOTAL_TIMEOUT_S,
+        max_body: int = MAX_BODY_BYTES,
+    ) -> None:
+        base = _base_url(url, variable)
+        self.kind = kind
+        shown = base.copy_with(username=base.username, password="***") if base.password else base
+        self.shown = str(shown).rstrip("/")  # what errors name; never the password
+        self.total_timeout = total_timeout
+        self.connect_timeout = connect_timeout
+        self.max_body = max_body
+        self._client = httpx.AsyncClient(
+            base_url=base,
+            timeout=httpx.Timeout(total_timeout, connect=connect_timeout),
+            follow_redirects=False,
+            headers={"Accept": "application/json", "User-Agent": "opsloop"},
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json_body: object = None,
+    ) -> Any:
+        """The decoded JSON answer, or a ``ToolError`` that says what went wrong."""
+        try:
+            async with asyncio.timeout(self.total_timeout):
+                async with self._client.stream(
+                    method, path, params=params, json=json_body
+                ) as response:
+                    body = await self._read(response)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            if isinstance(exc, httpx.ConnectTimeout):
+                raise ToolError(
+                    f"{self.kind} at {self.shown} is unreachable: "
+                    f"no connection within {self.connect_timeout:g}s"
+                ) from None
+            raise ToolError(
+                f"{self.kind} at {self.shown} timed out after {self.total_timeout:g}s"
+            ) from None
+        except httpx.TransportError as exc:
+            raise ToolError(f"{self.kind} at {self.shown} is unreachable: {_reason(exc)}") from None
+        if response.status_code >= 300:
+            raise ToolError(self._status_error(response, body, path))
+        try:
+            return json.loads(body) if body else None
+        except ValueError:
+            kind = response.headers.get("content-type", "no content type")
+            raise ToolError(
+                f"{self.kind} at {self.shown} answered {path} with something that is not "
+                f"JSON ({kind}); is that the {self.kind} server's URL?"
+            ) from None
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > self.max_body:
+                raise ToolError(
+                    f"{self.kind}'s answer is larger than {self.max_body / 1e6:g} MB; "
+                    "narrow the request"
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _status_error(self, response: httpx.Response, body: bytes, path: str) -> str:
+        status = response.status_code
+        if 300 <= status < 400:
+            where = response.headers.get("location", "?")
+            return (
+                f"{self.kind} at {self.shown} redirects {path} to {clip(where)} "
+                f"(HTTP {status}); point the URL at the server itself"
+            )
+        text = body.decode("utf-8", "replace")
+        detail, error_type = " ".join(text.split()), ""
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, str):  # Alertmanager's plain error string
+            detail = parsed
+        elif isinstance(parsed, dict):  # Prometheus's error/errorType, Alertmanager's message
+            detail = str(parsed.get("error") or parsed.get("message") or detail)
+            error_type = str(parsed.get("errorType") or "")
+        kind = f" {error_type}" if error_type else ""
+        return f"{self.kind} answered HTTP {status}{kind}: {clip(detail, ERROR_CHARS) or '(empty)'}"
+
+
+def _base_url(url: str, variable: str) -> httpx.URL:
+    try:
+        base = httpx.URL(url.strip())
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"{variable}: not a URL: {exc}") from None
+    if base.scheme not in ("http", "https") or not base.host:
+        raise ConfigError(f"{variable} must be an http(s) URL with a host, got {url!r}")
+    if base.query or base.fragment:
+        raise ConfigError(f"{variable} must be a base URL without ?query or #fragment")
+    return base.copy_with(path=base.path.rstrip("/") or "/")
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a connection failed, from the OS error at the bottom of httpx's chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return f"cannot resolve the host name ({seen.strerror or seen})"
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror[:1].lower() + seen.strerror[1:]
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
+# ---- formatting helpers -----------------------------------------------------------------
+
+
+def clip(text: str, limit: int = TEXT_CHARS) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def number(value: str | float) -> str:
+    """A sample value, short: integers whole, from 10,000 on without decimals, else 5
+    significant digits; NaN and ±Inf as Prometheus writes them."""
+    v = float(value)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    if 1e4 <= abs(v) < 1e15:
+        return f"{v:.0f}"
+    return f"{v:.5g}"
+
+
+def labels_text(labels: Mapping[str, str]) -> str:
+    """``{a="1",b="2"}`` (sorted, long values cut), or ``""`` for no labels."""
+    pairs = [
+        f"{key}={json.dumps(clip(str(value), LABEL_VALUE_CHARS), ensure_ascii=False)}"
+        for key, value in sorted(labels.items())
+    ]
+    return "{" + ",".join(pairs) + "}" if pairs else ""
+
+
+def series_name(metric: Mapping[str, str]) -> str:
+    """A series in PromQL form: ``name{labels}``; ``{}`` when it has neither."""
+    labels = {k: v for k, v in metric.items() if k != "__name__"}
+    return (metric.get("__name__", "") + labels_text(labels)) or "{}"
+
+
+def annotation(annotations: Mapping[str, str] | None) -> str:
+    """The one annotation worth a line: summary, else description, else message."""
+    for key in ("summary", "description", "message"):
+        if value := (annotations or {}).get(key):
+            return clip(str(value))
+    return ""
+
+
+def parse_time(text: object) -> datetime | None:
+    """An RFC 3339 timestamp as the APIs write it (nanoseconds allowed), or ``None``."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def iso(timestamp: float) -> str:
+    """``2026-11-30T03:32:22Z``: UTC, whole seconds."""
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration(seconds: float) -> str:
+    """``1d2h``, ``1h30m``, ``5m``, ``15s``, ``0.5s``: the two largest units."""
+    if seconds < 1:
+        return f"{seconds:.2g}s"
+    rest = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts[:2])
+
+
+def ago(moment: datetime, now: datetime) -> str:
+    """``5m ago``, ``in 1h27m``, or ``just now`` (within a second)."""
+    delta = (now - moment).total_seconds()
+    if abs(delta) < 1:
+        return "just now"
+    return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(-delta)}"
+
+
+def parse_step(step: float | str) -> float:
+    """Seconds from a number or a Prometheus duration (``30s``, ``1h30m``, ``60``)."""
+    if isinstance(step, int | float):
+        seconds = float(step)
+    elif re.fullmatch(r"\s*\d+(\.\d+)?\s*", step):
+        seconds = float(step)
+    else:
+        seconds = sum(int(n) * _UNITS[unit] for n, unit in _DURATION_PART.findall(step))
+    if not seconds > 0:
+        raise ToolError(f"step must be longer than zero, got {step!r}")
+    return seconds
