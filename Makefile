@@ -29,6 +29,9 @@ bench: setup
 	$(PYTHON) benchmarks/store.py
 	$(PYTHON) benchmarks/tools.py
 	$(PYTHON) benchmarks/slack_ack.py
+	$(PYTHON) benchmarks/pack_host_http.py
+	$(PYTHON) benchmarks/pack_prometheus.py
+	$(PYTHON) benchmarks/pack_supervisor.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info
