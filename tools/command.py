@@ -205,13 +205,16 @@ class CommandTool(DeclaredTool):
         """The templated argv of a call; ``ToolError`` if an element cannot be formatted."""
         values = {name: _Arg(value) for name, value in self.values(args, ctx).items()}
         argv: list[str] = []
-        for index, element in enumerate(self.command.run):
+        template, where = self.command.run, "run"
+        if ctx.dry_run and self.command.dry_run is not None:
+            template, where = self.command.dry_run, "dry_run"
+        for index, element in enumerate(template):
             try:
                 text = element.format_map(values)
             except (ValueError, TypeError, KeyError) as exc:
-                raise ToolError(f"run[{index}] {element!r}: cannot format: {exc}") from None
+                raise ToolError(f"{where}[{index}] {element!r}: cannot format: {exc}") from None
             if "\x00" in text:
-                raise ToolError(f"run[{index}] {element!r}: the value contains a NUL character")
+                raise ToolError(f"{where}[{index}] {element!r}: the value contains a NUL character")
             argv.append(text)
         return argv
 

@@ -127,15 +127,22 @@ class ToolSpecBase(BaseModel):
 class CommandToolSpec(ToolSpecBase):
     kind: Literal["command"] = "command"
     run: list[str] = Field(min_length=1)
+    # A destructive tool's dry run: this argv instead of ``run`` (e.g. the same command
+    # with ``--dry-run=server``); without it, ``run`` with OPSLOOP_DRY_RUN=1 set.
+    dry_run: list[str] | None = Field(None, min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
 
     @model_validator(mode="after")
     def _templates(self) -> CommandToolSpec:
         allowed = set(self.params) | RESERVED
-        for element in self.run:
-            check_template(element, allowed, where="run")
-        for name in template_fields(self.run[0]):
+        if self.dry_run is not None and self.category != "destructive":
+            raise ValueError("dry_run: only a destructive tool has a dry run")
+        for where, argv in (("run", self.run), ("dry_run", self.dry_run or [])):
+            for element in argv:
+                check_template(element, allowed, where=where)
+        programs = [self.run[0], *(self.dry_run or [])[:1]]
+        for name in (n for program in programs for n in template_fields(program)):
             spec = self.params.get(name)
             if spec is None or not spec.enum:
                 # Otherwise the model would choose which program runs.

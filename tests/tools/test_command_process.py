@@ -25,8 +25,9 @@ from bot.agent import InMemoryHistory, StopReason, ToolMessage, UserMessage, run
 from bot.agent.config import AgentConfig
 from bot.agent.testing import FakeClock, ScriptedModel, call, calls, text
 from bot.agent.tools import CallContext
-from bot.errors import ToolError
+from bot.errors import ConfigError, ToolError
 from tools.command import CommandTool
+from tools.registry import build_catalog
 from tools.spec import CommandToolSpec
 
 CTX = CallContext(job_id="job-1", call_id="call-1")
@@ -344,3 +345,43 @@ async def test_a_command_tools_result_reaches_the_model() -> None:
     assert offered.name == "uptime"
     assert offered.parameters["properties"]["host"]["enum"] == ["web-01", "web-03"]
     model.assert_done()
+
+
+async def test_a_destructive_tools_dry_run_argv_replaces_run_during_the_dry_run(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tools.yml"
+    path.write_text(
+        "tools:\n"
+        "  - name: delete_pod\n"
+        "    description: Delete a pod.\n"
+        "    category: destructive\n"
+        "    params:\n"
+        "      pod: {type: string, pattern: '^[a-z0-9-]+$', description: Pod}\n"
+        '    run: ["echo", "deleted", "{pod}"]\n'
+        '    dry_run: ["echo", "would delete", "{pod}", "--dry-run=server"]\n'
+    )
+    catalog = build_catalog(tools_file=path, environ={"PATH": "/usr/bin:/bin"})
+    tool = catalog.tools["delete_pod"]
+    args = tool.args_model(pod="web-1")
+    try:
+        dry = await tool.execute(args, CallContext(job_id="j", call_id="c", dry_run=True))
+        real = await tool.execute(args, CallContext(job_id="j", call_id="c", confirmed_by="U1"))
+    finally:
+        await catalog.aclose()
+    assert str(dry).strip() == "would delete web-1 --dry-run=server"
+    assert str(real).strip() == "deleted web-1"
+
+
+def test_dry_run_is_refused_on_a_tool_without_a_dry_run(tmp_path: Path) -> None:
+    path = tmp_path / "tools.yml"
+    path.write_text(
+        "tools:\n"
+        "  - name: restart\n"
+        "    description: Restart.\n"
+        "    category: mutating\n"
+        '    run: ["echo", "restarted"]\n'
+        '    dry_run: ["echo", "would restart"]\n'
+    )
+    with pytest.raises(ConfigError, match="dry_run: only a destructive tool"):
+        build_catalog(tools_file=path, environ={})

@@ -66,7 +66,7 @@ def fake_bin(tmp_path: Path) -> str:
 def test_opsloop_tools_check_passes() -> None:
     done = opsloop("tools", "check", "examples/tools.yml")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip() == "examples/tools.yml: 3 tools, OK"
+    assert done.stdout.strip() == "examples/tools.yml: 4 tools, OK"
     assert done.stderr == ""  # no warnings either (OPSLOOP_KUBECONFIG is set)
 
 
@@ -75,24 +75,32 @@ def test_the_tools_have_their_intended_categories(catalog: Catalog) -> None:
         "systemd_status": "read_only",
         "systemd_restart": "mutating",
         "k8s_rollout_restart": "mutating",
+        "k8s_delete_pod": "destructive",
     }
     assert [name for name, tool in catalog.tools.items() if tool.parallel] == ["systemd_status"]
 
 
-def test_no_destructive_command_tool_until_its_dry_run_can_differ(catalog: Catalog) -> None:
-    """A destructive command tool's dry run runs the same argv as the real call (only
-    OPSLOOP_DRY_RUN=1 differs), so kubectl delete would delete before anyone approved.
-    Enable k8s_delete_pod only once `run` can differ in a dry run, and then test that
-    its dry-run argv carries --dry-run=server."""
-    destructive = [name for name, tool in catalog.tools.items() if tool.category == "destructive"]
-    assert destructive == []
+def test_k8s_delete_pod_dry_runs_on_the_server_before_it_deletes(fake_bin: str) -> None:
+    """The dry run (before the card) asks the API server to validate the delete without
+    doing it; only the approved call runs the real delete."""
+    args = ["tools", "--file", "examples/tools.yml", "run", "k8s_delete_pod"]
+    values = ["pod=api-7d9c6b5f4-x2x7k", "namespace=staging"]
+    dry_only = opsloop(*args, *values, "--confirmed-by", "U0123ABC", path=fake_bin)
+    calls = [json.loads(line) for line in dry_only.stdout.splitlines() if line.startswith("{")]
+    assert [c["argv"][-1] for c in calls] == ["--dry-run=server"]  # no --yes: dry run only
+    done = opsloop(*args, *values, "--confirmed-by", "U0123ABC", "--yes", path=fake_bin)
+    calls = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [c["argv"] for c in calls] == [
+        ["kubectl", "delete", "pod", "api-7d9c6b5f4-x2x7k", "-n", "staging", "--dry-run=server"],
+        ["kubectl", "delete", "pod", "api-7d9c6b5f4-x2x7k", "-n", "staging"],
+    ]
 
 
 def test_channel_allowlists(catalog: Catalog) -> None:
     def names(channel: str) -> list[str]:
         return [tool.name for tool in catalog.for_channel(channel)]
 
-    everything = ["k8s_rollout_restart", "systemd_restart", "systemd_status"]
+    everything = ["k8s_delete_pod", "k8s_rollout_restart", "systemd_restart", "systemd_status"]
     assert names("C0123INCIDENT") == everything
     assert names("C0456OPSCHAT") == ["systemd_status"]
     assert names("C0999ELSEWHERE") == everything  # not listed: every tool
