@@ -28,6 +28,7 @@ from bot.agent.observe import to_text
 from bot.agent.tools import CallContext, Tool
 from bot.errors import ConfigError, ToolError
 from bot.settings import load_tool_settings
+from tools.packs import PACK_TOOLS
 from tools.registry import Catalog, build_catalog, catalog_from_settings
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE = 0, 1, 2
@@ -54,7 +55,8 @@ def main(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) 
     try:
         settings = load_tool_settings()
         if args.action == "check":
-            catalog = build_catalog(tools_file=args.path, environ=environ)
+            # The file alone: built-in packs' names are accepted in allowlists.
+            catalog = build_catalog(tools_file=args.path, environ=environ, external=PACK_TOOLS)
             console.print(f"{args.path}: {len(catalog.tools)} tools, OK")
             return EXIT_OK
         catalog = catalog_from_settings(

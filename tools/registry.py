@@ -77,6 +77,7 @@ def build_catalog(
     tools_file: str | Path | None = None,
     environ: Mapping[str, str] | None = None,
     http_allow: str = "",
+    external: Mapping[str, Sequence[str]] | None = None,
 ) -> Catalog:
     """Assemble built-in packs and a tools.yml; ``ConfigError`` on any inconsistency.
 
@@ -111,14 +112,19 @@ def build_catalog(
             if name in toolsets:
                 raise ConfigError(f"{path}: toolset {name!r} has the name of a built-in pack")
             toolsets[name] = list(members)
+    # Checking a file alone (``external``): names of tools and toolsets that exist only
+    # once packs are enabled are accepted too.
+    outside = external or {}
+    outside_tools = {t for members in outside.values() for t in members}
     for name, members in toolsets.items():
         for member in members:
-            if member not in tools:
+            if member not in tools and member not in outside_tools:
                 raise ConfigError(f"toolset {name!r} names unknown tool {member!r}")
     for channel, names in parsed.channels.items():
         for name in names:
-            if name not in tools and name not in toolsets:
-                raise ConfigError(f"channels.{channel} names unknown tool or toolset {name!r}")
+            if name not in tools and name not in toolsets and name not in outside_tools:
+                if name not in outside:
+                    raise ConfigError(f"channels.{channel} names unknown tool or toolset {name!r}")
     return Catalog(
         tools=tools,
         sources=sources,

@@ -21,6 +21,25 @@ from bot.agent.tools import Tool
 from bot.errors import ConfigError
 
 PACK_NAMES = ("host", "http", "prometheus", "alertmanager", "supervisor")
+# Every pack's tool names (DESIGN's packs table), known without building the packs, so
+# ``opsloop tools check`` accepts a tools.yml that names them in allowlists.
+PACK_TOOLS: Mapping[str, tuple[str, ...]] = {
+    "host": ("host_cpu", "host_memory", "host_disk", "host_top_processes", "host_tail_log"),
+    "http": ("http_check",),
+    "prometheus": (
+        "prometheus_query",
+        "prometheus_query_range",
+        "prometheus_alerts",
+        "prometheus_targets",
+    ),
+    "alertmanager": (
+        "alertmanager_alerts",
+        "alertmanager_silences",
+        "alertmanager_create_silence",
+        "alertmanager_expire_silence",
+    ),
+    "supervisor": ("supervisor_status", "supervisor_restart", "supervisor_stop"),
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
