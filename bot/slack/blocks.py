@@ -376,6 +376,29 @@ def answer_messages(markdown: str) -> list[Message]:
     return messages
 
 
+def partial_answer(markdown: str) -> Message:
+    """A model response shown while it is still being written (the ``chat.update`` fallback
+    of a stream): its text so far in one ``markdown`` block and, escaped, in ``text``.
+
+    Text past Slack's limits is cut; the final rendering (:func:`answer_messages`) replaces it.
+    """
+    body = markdown if len(markdown) <= MAX_MARKDOWN else markdown[: MAX_MARKDOWN - 1] + "…"
+    blocks: list[Block] = [{"type": "markdown", "text": body}] if body.strip() else []
+    return Message(text=_cut(escape(markdown), MAX_TEXT) or "…", blocks=blocks)
+
+
+NARRATION_CHARS = 300
+
+
+def with_narration(message: Message, narration: str) -> Message:
+    """``message`` (the status message) with the model's short note before its tool calls
+    as a last context line, escaped and on one line; ``text`` is left as it is."""
+    line = _esc(_one_line(narration), NARRATION_CHARS)
+    if not line:
+        return message
+    return Message(message.text, [*message.blocks, _context(f":speech_balloon: {line}")])
+
+
 # -- endings -------------------------------------------------------------------------------
 
 _LIMITS = frozenset(

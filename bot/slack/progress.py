@@ -4,21 +4,39 @@
 paced ``chat.update`` calls (through the workspace's ``UpdateBudget``), and when the run
 ends posts the answer (Slack's ``markdown`` block, the whole answer in ``text``) and
 turns the status message into the ending, naming the stop reason code.
+
+While the model streams, each response's text is shown by an ``AnswerStream``
+(``streaming.py``): a new response (``model_request_start`` of another iteration) stops the
+previous one's and leaves it as it is (a note before tool calls); a note too short to be shown
+goes on the status message instead. When the final answer was being shown, that message
+becomes the answer's first part (one urgent ``chat.update``) and any further parts are posted;
+otherwise the answer is posted as new messages. The assistant thread status (best effort)
+says what the job is doing and is cleared at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.events import Event, RunEnd
+from bot.agent.ports import Clock
 from bot.agent.state import RunResult, StopReason
-from bot.slack.blocks import Message, Progress, ToolLine, answer_messages, ending_message
+from bot.slack.blocks import (
+    Message,
+    Progress,
+    ToolLine,
+    answer_messages,
+    ending_message,
+    with_narration,
+)
 from bot.slack.blocks import status_message as status_blocks
+from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
 from bot.slack.updates import RateLimited, UpdateBudget
 from bot.store.jobs import JobRecord
 
@@ -26,6 +44,7 @@ log = logging.getLogger(__name__)
 
 MAX_TOOL_LINES = 6
 STOP_BUTTON = False  # shown once the Stop action is handled (Slack app II)
+STATUS_WORKING = "is looking into it…"
 LIMIT_WORDS = {
     StopReason.LIMIT_ITERATIONS: "iterations",
     StopReason.LIMIT_TOKENS: "tokens",
@@ -33,10 +52,20 @@ LIMIT_WORDS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """A budget payload whose sender reports the outcome: True once sent, False if Slack
+    refused it (a 429 is retried by the budget and reports nothing yet)."""
+
+    message: Message
+    outcome: asyncio.Future[bool]
+
+
 def budget_sender(client: AsyncWebClient) -> Any:
     """The ``UpdateBudget`` send function: ``chat.update``, a 429 as ``RateLimited``."""
 
-    async def send(channel: str, ts: str, message: Message) -> None:
+    async def send(channel: str, ts: str, payload: Message | Tracked) -> None:
+        message = payload.message if isinstance(payload, Tracked) else payload
         try:
             await client.chat_update(
                 channel=channel, ts=ts, text=message.text, blocks=message.blocks
@@ -44,16 +73,47 @@ def budget_sender(client: AsyncWebClient) -> Any:
         except SlackApiError as exc:
             if exc.response.status_code == 429:
                 raise RateLimited(float(exc.response.headers.get("Retry-After", 1))) from exc
+            _report(payload, False)
             raise
+        except Exception:
+            _report(payload, False)
+            raise
+        _report(payload, True)
 
     return send
 
 
+def _report(payload: Message | Tracked, sent: bool) -> None:
+    if isinstance(payload, Tracked) and not payload.outcome.done():
+        payload.outcome.set_result(sent)
+
+
 class JobProgress:
-    def __init__(self, client: AsyncWebClient, budget: UpdateBudget, record: JobRecord) -> None:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        budget: UpdateBudget,
+        record: JobRecord,
+        *,
+        team_id: str | None = None,
+        pacing: Pacing | None = None,
+        clock: Clock | None = None,
+        status_switch: StatusSwitch | None = None,
+    ) -> None:
+        """``team_id`` (from ``auth.test``) enables Slack's chat streaming (channels need the
+        recipient's team); without it a streamed response is shown by editing a message."""
         self._client = client
         self._budget = budget
         self.record = record
+        self.team_id = team_id
+        self._pacing = pacing
+        self._clock = clock
+        self._stream: AnswerStream | None = None  # the current response's
+        self.streams: list[AnswerStream] = []  # every response's, in order
+        self._narration: str | None = None
+        self.thread_status = ThreadStatus(
+            client, record.channel, record.thread_ts, switch=status_switch, clock=clock
+        )
         self.status_ts: str | None = None
         self._iteration = record.progress.iterations
         self._tokens = record.progress.usage.paid
@@ -92,18 +152,35 @@ class JobProgress:
             blocks=message.blocks,
         )
         self.status_ts = str(response["ts"])
+        self.thread_status.show(STATUS_WORKING)
+
+    def refresh(self) -> None:
+        """Show the current progress on an existing status message (``status_ts`` set by
+        the caller, e.g. a resumed job's) instead of posting a new one."""
+        self._update()
+        self.thread_status.show(STATUS_WORKING)
 
     def __call__(self, event: Event) -> None:
         match event.kind:
             case "model_request_start":
                 self._iteration = event.iteration
                 self._model = event.model
+                self._response_starts(event.iteration)
+            case "stream_delta":
+                self._current_stream().feed(event.text)
+                return
             case "model_request_end":
                 if event.usage is not None:
                     self._tokens += event.usage.paid
                 self._active += event.duration_s
+                if self._stream is not None:
+                    self._stream.end_response()
+                    if event.tool_calls:
+                        self._retire_stream()
             case "tool_start":
                 self._tool = event.tool
+                self._retire_stream()
+                self.thread_status.show(f"is running {event.tool}…")
             case "tool_end":
                 self._tool = None
                 if event.ran and not event.dry_run:
@@ -119,11 +196,47 @@ class JobProgress:
 
     def _update(self) -> None:
         if self.status_ts is not None:
-            self._budget.submit(
-                self.channel,
-                self.status_ts,
-                status_blocks(self._progress(), stop_button=STOP_BUTTON),
+            message = status_blocks(self._progress(), stop_button=STOP_BUTTON)
+            if self._narration:
+                message = with_narration(message, self._narration)
+            self._budget.submit(self.channel, self.status_ts, message)
+
+    # -- the model's text while it streams ----------------------------------------------------
+
+    def _response_starts(self, iteration: int) -> None:
+        stream = self._stream
+        if stream is not None and stream.iteration == iteration:
+            stream.restart()  # another attempt at the same response: what it showed is void
+            return
+        self._retire_stream()
+        self._narration = None
+
+    def _current_stream(self) -> AnswerStream:
+        if self._stream is None:
+            self._stream = AnswerStream(
+                self._client,
+                self._budget,
+                channel=self.channel,
+                thread_ts=self.record.thread_ts,
+                iteration=self._iteration,
+                recipient_user_id=self.record.requester,
+                recipient_team_id=self.team_id,
+                pacing=self._pacing,
+                clock=self._clock,
             )
+            self.streams.append(self._stream)
+        return self._stream
+
+    def _retire_stream(self) -> None:
+        """The current response was a note before tool calls: leave its message as it is
+        (or, too short for one, show it on the status message)."""
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return
+        note = stream.unshown()
+        if note is not None:
+            self._narration = note
+        self._spawn(stream.settle())
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -131,20 +244,22 @@ class JobProgress:
         task.add_done_callback(self._tasks.discard)
 
     async def _finish(self, result: RunResult) -> None:
+        stream, self._stream = self._stream, None
         try:
-            if result.stop_reason is StopReason.AWAITING_APPROVAL:
-                return  # the card speaks for the job until it is decided
-            if result.output and result.stop_reason in (
+            others = [t for t in self._tasks if t is not asyncio.current_task()]
+            if others:  # earlier responses' streams wind up first
+                await asyncio.wait(others)
+            answer = result.output
+            if not answer or result.stop_reason not in (
                 StopReason.COMPLETED,
                 StopReason.INCOMPLETE,
             ):
-                for message in answer_messages(result.output):
-                    await self._client.chat_postMessage(
-                        channel=self.channel,
-                        thread_ts=self.record.thread_ts,
-                        text=message.text,
-                        blocks=message.blocks,
-                    )
+                answer = None
+            shown = await stream.settle(final=answer is not None) if stream else None
+            if result.stop_reason is StopReason.AWAITING_APPROVAL:
+                return  # the card speaks for the job until it is decided
+            if answer is not None:
+                await self._answer(answer, shown)
             limits = self.record.limits
             step = {
                 StopReason.LIMIT_ITERATIONS: limits.max_iterations,
@@ -171,4 +286,29 @@ class JobProgress:
         except Exception:
             log.exception("reporting the end of job %s failed", self.record.id)
         finally:
+            await self.thread_status.clear()
             self.done.set()
+
+    async def _answer(self, answer: str, shown: str | None) -> None:
+        """The answer, exactly once: its first part replaces the streamed message's content
+        when there is one (and the edit succeeds), the rest are new messages."""
+        messages = answer_messages(answer)
+        if shown is not None and await self._replace(shown, messages[0]):
+            messages = messages[1:]
+        for message in messages:
+            await self._client.chat_postMessage(
+                channel=self.channel,
+                thread_ts=self.record.thread_ts,
+                text=message.text,
+                blocks=message.blocks,
+            )
+
+    async def _replace(self, ts: str, message: Message) -> bool:
+        """Edit ``ts`` to ``message`` (urgent); False only if Slack refused the edit."""
+        outcome: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        done = self._budget.submit(self.channel, ts, Tracked(message, outcome), urgent=True)
+        await done.wait()
+        if outcome.done() and not outcome.result():
+            log.warning("the streamed answer of job %s could not be edited; posted", self.record.id)
+            return False
+        return True

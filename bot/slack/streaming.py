@@ -1,0 +1,470 @@
+"""A model response in the thread while it is being written, and the assistant thread status.
+
+``AnswerStream`` shows one model response's text as it streams in. It moves one way through
+four modes (``waiting`` → ``stream`` → ``update``, and ``off`` from the first two):
+
+* **waiting** — nothing shown yet. Tiny text never becomes a message: one starts once
+  ``start_chars`` arrived, or ``start_after_s`` after the first text while the response is
+  still coming (a short note before tool calls is left to the caller, e.g. the status message).
+* **stream** — Slack's chat streaming: ``chat.startStream`` (with the requester and team as
+  recipients, as channels require), ``chat.appendStream`` at most once per ``append_every_s``
+  with everything that arrived meanwhile, ``chat.stopStream`` (carrying the rest) at the end.
+* **update** — a plain message edited with paced, non-urgent ``chat.update`` through the
+  workspace's :class:`UpdateBudget`. Used without recipients (no team id), when
+  ``chat.startStream`` fails in any way (``unknown_method``, ``not_allowed_token_type``, a
+  missing scope …: the message is then posted with ``chat.postMessage``), when an append or the
+  stop fails (``message_not_in_streaming_state`` once Slack expired the stream: the stream's
+  ``ts`` is edited), and when the response starts over (an empty delta) after text was shown:
+  the stream is stopped and the message is rewritten from scratch.
+* **off** — the message could not even be posted: nothing is shown, the caller posts the
+  answer as it would have without streaming.
+
+One worker task per stream makes the Slack calls, in order, from the newest state; the
+event-side methods (``feed``, ``end_response``, ``close``) are synchronous, never block and
+never raise. Memory is bounded by ``max_chars`` (one message's worth: the final rendering,
+made by the caller, posts anything longer as further messages) and every mode change is one
+way, so the number of calls is bounded by the pace and the response's duration.
+
+``ThreadStatus`` keeps ``assistant.threads.setStatus`` up to date (paced, newest wins) and
+turns the process-wide :class:`StatusSwitch` off at the first failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from dataclasses import dataclass
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.agent.ports import Clock, LoopClock, TimerHandle
+from bot.slack.blocks import MAX_MARKDOWN, partial_answer
+from bot.slack.updates import UpdateBudget
+
+log = logging.getLogger(__name__)
+
+MAX_STREAM_CALL = 12_000  # markdown_text per chat.startStream / appendStream / stopStream
+NOT_STREAMING = "message_not_in_streaming_state"
+SETTLE_TIMEOUT_S = 30.0  # a hang guard for winding a stream up
+STATUS_EVERY_S = 3.0
+STATUS_CLEAR_TIMEOUT_S = 5.0
+
+
+class Mode(enum.Enum):
+    WAITING = "waiting"
+    STREAM = "stream"
+    UPDATE = "update"
+    OFF = "off"
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    start_chars: int = 200  # start showing once this much text arrived …
+    start_after_s: float = 1.5  # … or this long after the first text, if still streaming
+    append_every_s: float = 1.0  # at most one append (or edit) per stream per this
+    max_chars: int = MAX_MARKDOWN  # shown at most (one message's markdown block)
+
+
+def error_code(exc: BaseException) -> str:
+    """Slack's error code of a failed call (``unknown_method``), else the exception's type."""
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error") or exc.response.status_code)
+    return type(exc).__name__
+
+
+class AnswerStream:
+    """Shows one response's text in the thread as it arrives (see the module's docstring)."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        budget: UpdateBudget,
+        *,
+        channel: str,
+        thread_ts: str,
+        iteration: int = 0,
+        recipient_user_id: str | None = None,
+        recipient_team_id: str | None = None,
+        pacing: Pacing | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._client = client
+        self._budget = budget
+        self.channel = channel
+        self.thread_ts = thread_ts
+        self.iteration = iteration
+        self._recipients = (
+            (recipient_user_id, recipient_team_id)
+            if recipient_user_id and recipient_team_id
+            else None
+        )
+        self.pacing = pacing or Pacing()
+        self._clock: Clock = clock or LoopClock()
+        self.mode = Mode.WAITING
+        self.ts: str | None = None  # the message showing the text, once there is one
+        self.fallback: str | None = None  # why chat streaming was left, if it was
+        self.dropped = 0  # chars past max_chars, not shown
+        self._text = ""  # this attempt's text so far (≤ max_chars)
+        self._epoch = 0  # bumped on every start over
+        self._shown_epoch = 0  # the epoch of the text Slack shows
+        self._sent = 0  # chars of that text Slack shows
+        self._first_at: float | None = None
+        self._last_call: float | None = None
+        self._ended = False  # the response is complete: no more text is coming
+        self._closing = False
+        self._final = False
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def text(self) -> str:
+        """The text received since the last start over (at most ``max_chars``; dropped once
+        the stream is wound up)."""
+        return self._text
+
+    @property
+    def shown(self) -> bool:
+        """Whether a message in the thread shows (or showed) this response."""
+        return self.ts is not None and self.mode in (Mode.STREAM, Mode.UPDATE)
+
+    # -- the event side: synchronous, never raises ---------------------------------------
+
+    def feed(self, text: str) -> None:
+        """More text of the response; ``""``: the response starts over, drop what was shown."""
+        if self._closing:
+            return
+        if not text:
+            self._epoch += 1
+            self._text = ""
+            self._first_at = None
+        else:
+            room = self.pacing.max_chars - len(self._text)
+            if room < len(text):
+                self.dropped += len(text) - max(room, 0)
+            if room <= 0:
+                return
+            self._text += text[:room]
+            if self._first_at is None:
+                self._first_at = self._clock.monotonic()
+        self._poke()
+
+    def restart(self) -> None:
+        """A new attempt at the same response (a retry or another model): start over."""
+        self._ended = False
+        self.feed("")
+
+    def end_response(self) -> None:
+        """The response is complete (or failed): no more text, so no late start on time."""
+        self._ended = True
+        self._poke()
+
+    def unshown(self) -> str | None:
+        """The response's text if it is too short to ever be shown by this stream."""
+        if self.mode is Mode.WAITING and self._text.strip():
+            if len(self._text) < self.pacing.start_chars:
+                return self._text
+        return None
+
+    def close(self) -> None:
+        """Wind up and leave the message as it is (flush the rest, stop the stream)."""
+        self._closing = True
+        self._poke()
+
+    async def settle(self, *, final: bool = False) -> str | None:
+        """Wind up and wait for it; returns the ``ts`` of the message showing the response
+        (None if nothing was shown). ``final``: the caller replaces the message's content
+        with the final rendering at once, so nothing is started or flushed by edits."""
+        if not self._closing:
+            self._closing = True
+            self._final = final
+            self._poke()
+        task = self._task
+        if task is not None:
+            done, _ = await asyncio.wait({task}, timeout=SETTLE_TIMEOUT_S)
+            if not done:
+                log.warning("stream in %s did not wind up in time; cancelled", self.channel)
+                task.cancel()
+        self._text = ""  # wound up: the text is Slack's (or the caller's) now
+        return self.ts if self.shown else None
+
+    async def quiet(self) -> None:
+        """Return once the worker waits for news (tests step the clock between these)."""
+        await self._idle.wait()
+
+    def _poke(self) -> None:
+        self._idle.clear()
+        self._wake.set()
+        if self._task is None:
+            try:
+                self._task = asyncio.create_task(self._work(), name=f"stream {self.channel}")
+            except RuntimeError:  # no running loop: nothing can be shown
+                log.warning("no event loop for the stream in %s", self.channel)
+                self.mode = Mode.OFF
+                self._idle.set()
+
+    # -- the worker ------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        try:
+            while True:
+                self._wake.clear()
+                delay = await self._step()
+                if delay == 0:
+                    continue
+                if delay is None and self._closing:
+                    return
+                timer: TimerHandle | None = None
+                if delay is not None:
+                    timer = self._clock.call_later(delay, self._poke)
+                try:
+                    if not self._wake.is_set():
+                        self._idle.set()
+                    await self._wake.wait()
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+        except Exception:
+            log.exception("showing the response in %s failed", self.channel)
+        finally:
+            self._idle.set()
+
+    async def _step(self) -> float | None:
+        """Make at most one call. Returns 0 to go on at once, a delay to wait (or news), or
+        None to wait for news (when winding up: done)."""
+        match self.mode:
+            case Mode.WAITING:
+                return await self._step_waiting()
+            case Mode.STREAM:
+                return await self._step_stream()
+            case Mode.UPDATE:
+                return self._step_update()
+        return None
+
+    async def _step_waiting(self) -> float | None:
+        text, pacing = self._text, self.pacing
+        if not text.strip():
+            return None
+        if self._closing:
+            if self._final or len(text) < pacing.start_chars:
+                return None
+        elif len(text) < pacing.start_chars:
+            if self._ended or self._first_at is None:
+                return None
+            wait = self._first_at + pacing.start_after_s - self._clock.monotonic()
+            if wait > 0:
+                return wait
+        await self._begin(text[:MAX_STREAM_CALL])
+        return 0
+
+    async def _begin(self, text: str) -> None:
+        epoch, now = self._epoch, self._clock.monotonic()
+        if self._recipients is not None:
+            user, team = self._recipients
+            try:
+                response = await self._client.chat_startStream(
+                    channel=self.channel,
+                    thread_ts=self.thread_ts,
+                    markdown_text=text,
+                    recipient_user_id=user,
+                    recipient_team_id=team,
+                )
+            except Exception as exc:
+                self.fallback = f"chat.startStream: {error_code(exc)}"
+                log.info("no chat streaming in %s (%s): editing a message", self.channel, exc)
+            else:
+                self._showing(str(response["ts"]), Mode.STREAM, epoch, len(text), now)
+                return
+        message = partial_answer(text)
+        try:
+            response = await self._client.chat_postMessage(
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                text=message.text,
+                blocks=message.blocks,
+            )
+        except Exception as exc:
+            log.warning("could not show the response in %s: %s", self.channel, error_code(exc))
+            self.mode = Mode.OFF
+            return
+        self._showing(str(response["ts"]), Mode.UPDATE, epoch, len(text), now)
+
+    def _showing(self, ts: str, mode: Mode, epoch: int, sent: int, now: float) -> None:
+        self.ts, self.mode = ts, mode
+        self._shown_epoch, self._sent, self._last_call = epoch, sent, now
+
+    async def _step_stream(self) -> float | None:
+        if self._shown_epoch != self._epoch:  # what the stream shows is void
+            await self._stop(None)
+            self._to_update("start over")
+            return 0
+        pending = self._text[self._sent :][:MAX_STREAM_CALL]
+        if self._closing:
+            if await self._stop(pending or None):
+                self._sent += len(pending)
+                return None
+            self._to_update(self.fallback or "chat.stopStream failed")
+            return 0
+        if not pending:
+            return None
+        now = self._clock.monotonic()
+        if (
+            self._last_call is not None
+            and (wait := self._last_call + self.pacing.append_every_s - now) > 0
+        ):
+            return wait
+        epoch = self._epoch
+        try:
+            await self._client.chat_appendStream(
+                channel=self.channel, ts=str(self.ts), markdown_text=pending
+            )
+        except Exception as exc:
+            code = error_code(exc)
+            log.info("chat.appendStream in %s failed (%s): editing instead", self.channel, code)
+            if code != NOT_STREAMING:
+                await self._stop(None)
+            self._to_update(f"chat.appendStream: {code}")
+            return 0
+        self._last_call = now
+        if epoch == self._epoch:
+            self._sent += len(pending)
+        return 0
+
+    async def _stop(self, text: str | None) -> bool:
+        try:
+            await self._client.chat_stopStream(
+                channel=self.channel, ts=str(self.ts), markdown_text=text
+            )
+        except Exception as exc:
+            code = error_code(exc)
+            log.info("chat.stopStream in %s failed: %s", self.channel, code)
+            self.fallback = self.fallback or f"chat.stopStream: {code}"
+            return False
+        return True
+
+    def _to_update(self, reason: str) -> None:
+        self.mode = Mode.UPDATE
+        self.fallback = self.fallback or reason
+
+    def _step_update(self) -> float | None:
+        if self._closing and self._final:
+            return None  # the caller writes the final rendering
+        text = self._text
+        if self._shown_epoch == self._epoch and len(text) <= self._sent:
+            return None
+        if not text.strip():
+            return None  # started over, nothing new yet
+        now = self._clock.monotonic()
+        if not self._closing and self._last_call is not None:
+            wait = self._last_call + self.pacing.append_every_s - now
+            if wait > 0:
+                return wait
+        self._budget.submit(self.channel, str(self.ts), partial_answer(text))
+        self._shown_epoch, self._sent, self._last_call = self._epoch, len(text), now
+        return 0
+
+
+class StatusSwitch:
+    """Whether ``assistant.threads.setStatus`` is worth calling: off for good after a failure."""
+
+    def __init__(self) -> None:
+        self.on = True
+        self.reason: str | None = None
+
+    def turn_off(self, reason: str) -> None:
+        if self.on:
+            log.info("assistant.threads.setStatus is off from now on: %s", reason)
+        self.on = False
+        self.reason = reason
+
+
+ASSISTANT_STATUS = StatusSwitch()  # the process's
+
+
+class ThreadStatus:
+    """The assistant status under a thread (``is running check_host…``), best effort: at
+    most one call per ``every_s`` (the newest status wins), cleared at once at the end, and
+    never called again in the process once a call failed."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        channel: str,
+        thread_ts: str,
+        *,
+        switch: StatusSwitch | None = None,
+        clock: Clock | None = None,
+        every_s: float = STATUS_EVERY_S,
+    ) -> None:
+        self._client = client
+        self.channel = channel
+        self.thread_ts = thread_ts
+        self.switch = switch or ASSISTANT_STATUS
+        self._clock: Clock = clock or LoopClock()
+        self._every = every_s
+        self._wanted: str | None = None
+        self._last_call: float | None = None
+        self._closing = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def show(self, status: str) -> None:
+        """Set the status soon (synchronous, never raises)."""
+        if not self.switch.on or self._closing:
+            return
+        self._wanted = status
+        self._poke()
+
+    async def clear(self, *, timeout: float = STATUS_CLEAR_TIMEOUT_S) -> None:  # noqa: ASYNC109
+        """Clear the status (if one was asked for) and wait for it, at most ``timeout``."""
+        self._closing = True
+        task = self._task
+        if task is None:
+            return
+        self._wanted = ""
+        self._poke()
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+
+    def _poke(self) -> None:
+        self._wake.set()
+        if self._task is None:
+            try:
+                self._task = asyncio.create_task(self._work(), name=f"status {self.channel}")
+            except RuntimeError:
+                log.warning("no event loop for the thread status in %s", self.channel)
+
+    async def _work(self) -> None:
+        try:
+            while self.switch.on:
+                self._wake.clear()
+                wanted = self._wanted
+                if wanted is None:
+                    if self._closing:
+                        return
+                    await self._wake.wait()
+                    continue
+                now = self._clock.monotonic()
+                if not self._closing and self._last_call is not None:
+                    wait = self._last_call + self._every - now
+                    if wait > 0:
+                        timer = self._clock.call_later(wait, self._wake.set)
+                        try:
+                            await self._wake.wait()
+                        finally:
+                            timer.cancel()
+                        continue
+                self._wanted, self._last_call = None, now
+                try:
+                    await self._client.assistant_threads_setStatus(
+                        channel_id=self.channel, thread_ts=self.thread_ts, status=wanted
+                    )
+                except Exception as exc:
+                    self.switch.turn_off(f"{error_code(exc)} in {self.channel}")
+                    return
+        except Exception:
+            log.exception("the thread status in %s failed", self.channel)
