@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import sys
 import time
@@ -19,7 +18,7 @@ import redis.asyncio as aioredis
 from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.slack.blocks import ACTION_STOP
 from bot.slack.fake import BOT_USER_ID, FakeSlack, Message
-from bot.store.keys import Keys, Thread
+from bot.store.keys import Keys, Thread, thread_of
 
 from .harness import BotProcess, block_actions_body, click_body, find_button
 
@@ -210,13 +209,13 @@ async def job_hash(redis_url: str, job_id: str) -> dict[str, Any]:
     """The job's hash as stored (``status``, ``fence``, ``cancel``) with ``data`` parsed."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        raw: dict[str, str] = await client.hgetall(Keys().job(job_id))  # type: ignore[misc]
-        current = await client.get(Keys().current_job(Thread(*job_id.rsplit(":", 2)[:2])))
+        raw = await client.hgetall(Keys().job(job_id))
+        current = await client.get(Keys().current_job(thread_of(job_id)))
     finally:
         await client.aclose()
-    found: dict[str, Any] = dict(raw)
-    if "data" in raw:
-        found["data"] = json.loads(raw["data"])
+    found: dict[str, Any] = {str(k): str(v) for k, v in raw.items()}
+    if "data" in found:
+        found["data"] = json.loads(found["data"])
     found["current_job"] = current
     return found
 
@@ -260,11 +259,3 @@ async def model_calls(serve: BotProcess) -> float:
     assert status == 200
     found = re.search(r"^opsloop_model_calls_total (\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
