@@ -48,7 +48,7 @@ from bot.agent.repetition import RepetitionDetected, RepetitionDetector
 from bot.agent.responses import account, message_chars, normalize
 from bot.agent.state import PendingApproval, PendingBatch, RunResult, RunState, StopReason
 from bot.agent.tools import canonical_json, tool_spec
-from bot.errors import ModelError
+from bot.errors import ModelError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,9 @@ async def run(
     config: AgentConfig, state: RunState | None = None, decision: Decision | None = None
 ) -> RunResult:
     """Run (or resume) one job's turn until it ends or pauses; never raises for a
-    run-level failure: the result says what happened."""
+    run-level failure: the result says what happened. A ``StoreError`` from a port (the
+    store failed, or refused a writer that lost its lease) propagates: the run is
+    abandoned as last checkpointed, to be resumed, not ended."""
     return await _Run(config, state or RunState(), decision).execute()
 
 
@@ -160,6 +162,11 @@ class _Run:
                 step = await self.iteration()
             if step.reason is not StopReason.AWAITING_APPROVAL:
                 await self.config.memory.flush()
+        except StoreError:
+            # The store failed (or refused a stale writer): the run is abandoned, not
+            # ended. The job stays as its last checkpoint left it and is resumed from
+            # there by whoever runs it next; the caller decides when.
+            raise
         except Exception as exc:
             log.exception("run of job %s failed", self.config.job_id)
             step = Finish(

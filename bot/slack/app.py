@@ -104,6 +104,7 @@ class _Reporter:
     def __init__(self, progress: JobProgress, metrics: Metrics) -> None:
         self.progress = progress
         self.metrics = metrics
+        self.ended = False  # the run ended (rather than being abandoned on a store error)
 
     def __call__(self, event: Event) -> None:
         metrics = self.metrics
@@ -111,8 +112,10 @@ class _Reporter:
             metrics.tools.labels(event.tool, "error" if event.is_error else "ok").inc()
         elif isinstance(event, ModelRequestEnd):
             metrics.model_calls.inc()
-        elif isinstance(event, RunEnd) and event.result.stop_reason is not AWAITING:
-            metrics.jobs.labels(event.result.stop_reason.value).inc()
+        elif isinstance(event, RunEnd):
+            self.ended = True
+            if event.result.stop_reason is not AWAITING:
+                metrics.jobs.labels(event.result.stop_reason.value).inc()
         self.progress(event)
 
     @property
@@ -120,6 +123,8 @@ class _Reporter:
         return self.progress.status_ts
 
     async def aclose(self) -> None:
+        if not self.ended:
+            return  # abandoned: whoever resumes the job reports on it
         try:
             await asyncio.wait_for(self.progress.done.wait(), timeout=FINISH_TIMEOUT_S)
         except TimeoutError:
@@ -145,6 +150,7 @@ class SlackBot:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.scheduled: set[str] = set()
         self.bot_user: str | None = None
+        self.team_id: str | None = None  # the workspace (auth.test), for chat streaming
 
     async def start(self) -> None:
         settings = self.settings
@@ -270,6 +276,7 @@ class SlackBot:
         if self.bot_user is None:
             auth = await self.client.auth_test()
             self.bot_user = str(auth.get("user_id"))
+            self.team_id = str(auth.get("team_id") or "") or None
         return self.bot_user
 
     async def _on_mention(self, event: dict[str, Any]) -> None:
@@ -355,10 +362,15 @@ class SlackBot:
 
     async def _open_progress(self, record: JobRecord) -> _Reporter:
         """The job's face in the thread, opened once this process holds its lease."""
-        progress = JobProgress(self.client, self.budget, record)
         try:
-            if record.meta.get("status_ts"):  # resumed: its status message is updated
-                progress.status_ts = record.meta["status_ts"]  # with the next event
+            await self._bot_id()
+        except Exception:
+            log.info("auth.test failed; answers are shown without chat streaming", exc_info=True)
+        progress = JobProgress(self.client, self.budget, record, team_id=self.team_id)
+        try:
+            if record.meta.get("status_ts"):  # resumed: take its status message over
+                progress.status_ts = record.meta["status_ts"]
+                progress.refresh()
             else:
                 await progress.start()
         except Exception:

@@ -354,7 +354,8 @@ def answer_messages(markdown: str) -> list[Message]:
     """The model's answer as messages, each with one ``markdown`` block and its part as text.
 
     Invariant: ``"".join(unescape(m.text) for m in result) == markdown`` for any answer with
-    non-whitespace content (split whitespace stays in the texts; only the blocks drop it).
+    non-whitespace content (split whitespace stays in the texts; only the blocks drop it),
+    except that a whitespace run that does not fit in Slack's text limit is cut.
     A blank answer gives one message saying so.
     """
     if not markdown.strip():
@@ -366,11 +367,14 @@ def answer_messages(markdown: str) -> list[Message]:
         if not body.strip():
             if messages:
                 last = messages[-1]
-                messages[-1] = Message(last.text + escape(source), last.blocks)
+                room = MAX_TEXT - len(last.text)
+                messages[-1] = Message(last.text + escape(source[:room]), last.blocks)
+                carry += source[room:]
             else:
                 carry += source
             continue
-        text = escape(carry + source)
+        text = escape(source)
+        text = escape(carry[: MAX_TEXT - len(text)]) + text
         carry = ""
         messages.append(Message(text, [{"type": "markdown", "text": body}]))
     return messages

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ from bot.store.jobs import JobRecord
 log = logging.getLogger(__name__)
 
 MAX_TOOL_LINES = 6
-STOP_BUTTON = False  # shown once the Stop action is handled (Slack app II)
+STOP_BUTTON = True  # the requester or an approver may stop a job
 STATUS_WORKING = "is looking into it…"
 LIMIT_WORDS = {
     StopReason.LIMIT_ITERATIONS: "iterations",
@@ -59,6 +60,33 @@ class Tracked:
 
     message: Message
     outcome: asyncio.Future[bool]
+
+
+_STOPPED_BY = re.compile(r"stopped by <@([UW][A-Z0-9]+)>")
+_RAISED = {
+    StopReason.LIMIT_ITERATIONS: ("iterations", "max_iterations", 1.0),
+    StopReason.LIMIT_TOKENS: ("tokens", "token_budget", 1.0),
+    StopReason.LIMIT_DEADLINE: ("deadline", "deadline_s", 60.0),  # shown in minutes
+}
+
+
+def stopper(result: RunResult) -> str | None:
+    """Who pressed Stop, from a cancelled run's reason (``stopped by <@U…>``)."""
+    if result.stop_reason is not StopReason.CANCELLED or not result.error:
+        return None
+    found = _STOPPED_BY.fullmatch(result.error)
+    return found.group(1) if found else None
+
+
+def continue_step(record: JobRecord, reason: StopReason) -> float | None:
+    """What ``Continue`` adds to the limit that stopped the job: its original value
+    (before any raise), in the unit the button names."""
+    if reason not in _RAISED:
+        return None
+    name, field, unit = _RAISED[reason]
+    current = float(getattr(record.limits, field))
+    original = current - sum(r.amount for r in record.raises if r.limit == name)
+    return round(original / unit, 1) if original > 0 else None
 
 
 def budget_sender(client: AsyncWebClient) -> Any:
@@ -261,10 +289,7 @@ class JobProgress:
             if answer is not None:
                 await self._answer(answer, shown)
             limits = self.record.limits
-            step = {
-                StopReason.LIMIT_ITERATIONS: limits.max_iterations,
-                StopReason.LIMIT_TOKENS: limits.token_budget,
-            }.get(result.stop_reason)
+            step = continue_step(self.record, result.stop_reason)
             ending = ending_message(
                 result.stop_reason,
                 job_id=self.record.id,
@@ -274,7 +299,8 @@ class JobProgress:
                 token_budget=limits.token_budget,
                 tools_run=result.tool_executions,
                 error=result.error,
-                continue_label=f"Continue (+{step} {LIMIT_WORDS[result.stop_reason]})"
+                by=stopper(result),
+                continue_label=f"Continue (+{step:g} {LIMIT_WORDS[result.stop_reason]})"
                 if step
                 else None,
                 active_s=result.state.active_time_s,

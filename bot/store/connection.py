@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.maint_notifications import MaintNotificationsConfig
 
 from bot.errors import StoreError
 
@@ -47,6 +48,10 @@ def connect(
         retry_on_timeout=False,
         retry=None,
         health_check_interval=0,
+        # redis-py 8 with RESP3 enables maintenance notifications by default, and the
+        # pool then skips its check for connections the server closed: after a Redis
+        # restart it hands out dead sockets ("Connection closed by server").
+        maint_notifications_config=MaintNotificationsConfig(enabled=False),
     )
 
 

@@ -353,9 +353,12 @@ class Turns:
         await history.history()
         reporter = await self.progress(record) if self.progress is not None else None
         if reporter is not None and reporter.status_ts:
-            record = record.model_copy(
-                update={"meta": {**record.meta, "status_ts": reporter.status_ts}}
-            )
+            if record.meta.get("status_ts") != reporter.status_ts:
+                # Saved at once: a process taking the job over after a crash before the
+                # first checkpoint edits this status message instead of posting another.
+                record = await self.jobs.save(
+                    record, fence=fence, meta={**record.meta, "status_ts": reporter.status_ts}
+                )
         record = await self._report_unknown_outcomes(record)
         trace = TraceRecorder(record.id)
         session = JobSession(

@@ -9,8 +9,6 @@ import re
 import time
 from pathlib import Path
 
-import pytest
-
 from bot.slack.fake import FakeSlack
 from bot.store.managed import ManagedRedis
 
@@ -128,15 +126,6 @@ async def test_the_paused_jobs_process_dies_and_the_click_resumes_it_elsewhere(
     assert stored["status"] == "completed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bot/turns/runner.py Turns._run_with keeps the new status_ts only in the local "
-    "record; it reaches Redis at the first checkpoint, after the tool batch. A process "
-    "killed mid-tool leaves meta without status_ts, so the resuming process posts a second "
-    "status message and the first stays 'Working … running check_host' (with its Stop "
-    "button once shown). Fix: save meta.status_ts with jobs.save(record, fence=fence, "
-    "meta=…) as soon as the reporter has it",
-)
 async def test_a_crash_during_a_read_is_taken_over_within_the_lease(
     bot: StartBot,
     slack: FakeSlack,
@@ -202,16 +191,6 @@ async def test_a_crash_during_a_change_is_not_run_again_and_is_reported(
     assert stored["status"] == "completed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bot/store/connection.py connect(): redis-py 8 speaks RESP3 with maintenance "
-    "notifications 'auto', and then ConnectionPool.ensure_connection skips its can_read() "
-    "check, so pooled sockets the restarted server closed are handed out and the next "
-    "command fails ('Connection closed by server'); here the checkpoint after the tool, "
-    "which bot/agent/run.py turns into a FAILED run that bot/turns/runner.py _end then "
-    "saves as final `failed` (no answer). Fix: pass maint_notifications_config="
-    "MaintNotificationsConfig(enabled=False) (or protocol=2) in connect()",
-)
 async def test_a_redis_restart_mid_job_still_gives_one_answer(
     bot: StartBot,
     slack: FakeSlack,

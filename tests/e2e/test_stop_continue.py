@@ -58,12 +58,6 @@ def held(gate: asyncio.Event, answer: Reply) -> Policy:
     return policy
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bot/slack/progress.py JobProgress._finish builds the cancelled ending without "
-    "`by`, so it says 'Cancelled' instead of 'Cancelled by <@U…>' (the stopper is only in "
-    "result.error as 'stopped by <@U…>'); skipped while progress.STOP_BUTTON is off",
-)
 async def test_stop_kills_a_running_read_only_tool(
     bot: StartBot,
     slack: FakeSlack,
@@ -79,8 +73,7 @@ async def test_stop_kills_a_running_read_only_tool(
     job_id = first_job("C1", event["ts"])
 
     status = await wait_status(slack, "C1", event["ts"])
-    if not has_button(status, ACTION_STOP):
-        pytest.skip("the status message shows no Stop button yet (progress.STOP_BUTTON off)")
+    assert has_button(status, ACTION_STOP)
     await wait_until(lambda: started(log, "check_host"), timeout=10, what="check_host started")
     assert tool_processes(log), "the slow tool should be running"
 

@@ -343,8 +343,10 @@ def test_answer_messages_roundtrip(
     messages = answer_messages(answer)
     if not answer.strip():
         assert len(messages) == 1
-    else:
+    elif max((len(run) for run in re.findall(r"\s+", answer)), default=0) < 10_000:
         assert joined(messages) == answer
+    else:  # a whitespace run too long for Slack's text limit may be cut, nothing else
+        assert re.sub(r"\s+", " ", joined(messages)) == re.sub(r"\s+", " ", answer)
     for m in messages:
         validate(m)
         for b in m.blocks:
