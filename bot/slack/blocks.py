@@ -197,6 +197,7 @@ class Progress:
     current_tool: str | None = None
     finished: Sequence[ToolLine] = ()
     stopping: bool = False
+    awaiting: str | None = None  # the tool whose approval card is pending
 
 
 def status_message(progress: Progress, *, final: bool = False, stop_button: bool = True) -> Message:
@@ -204,6 +205,8 @@ def status_message(progress: Progress, *, final: bool = False, stop_button: bool
     ``stop_button`` is off)."""
     p = progress
     state = "Finished" if final else ("Stopping…" if p.stopping else "Working")
+    if p.awaiting and not final and not p.stopping:
+        state = "Waiting for approval"
     stats = (
         f"iteration {p.iteration}/{p.max_iterations} · "
         f"{p.tokens_used:,}/{p.token_budget:,} tokens · {duration(p.active_s)}"
@@ -223,6 +226,8 @@ def status_message(progress: Progress, *, final: bool = False, stop_button: bool
     running = p.current_tool if not final else None
     if running:
         lines.append(f":hourglass_flowing_sand: `{_esc(running, 80)}` running…")
+    if p.awaiting and not final:
+        lines.append(f":raised_hand: `{_esc(p.awaiting, 80)}` needs an approval: see the card")
     if lines:
         blocks.append(_section("\n".join(lines)))
     if stop_button and not final and not p.stopping:

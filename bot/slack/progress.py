@@ -25,7 +25,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.events import Event, RunEnd
+from bot.agent.events import ApprovalRequested, Event, RunEnd
 from bot.agent.ports import Clock
 from bot.agent.state import RunResult, StopReason
 from bot.slack.blocks import (
@@ -148,6 +148,7 @@ class JobProgress:
         self._active = record.progress.active_time_s
         self._model: str | None = record.progress.model
         self._tool: str | None = None
+        self._awaiting: str | None = None  # a tool whose approval card is pending
         self._lines: list[ToolLine] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.done = asyncio.Event()
@@ -168,6 +169,7 @@ class JobProgress:
             model=self._model,
             current_tool=self._tool,
             finished=tuple(self._lines[-MAX_TOOL_LINES:]),
+            awaiting=self._awaiting,
         )
 
     async def start(self) -> None:
@@ -205,8 +207,13 @@ class JobProgress:
                     self._stream.end_response()
                     if event.tool_calls:
                         self._retire_stream()
+            case "approval_requested":
+                assert isinstance(event, ApprovalRequested)
+                self._awaiting = event.approval.tool
+                self.thread_status.show("is waiting for an approval…")
             case "tool_start":
                 self._tool = event.tool
+                self._awaiting = None
                 self._retire_stream()
                 self.thread_status.show(f"is running {event.tool}…")
             case "tool_end":

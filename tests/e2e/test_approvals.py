@@ -28,6 +28,11 @@ async def test_approve_runs_the_call_once_as_the_clicker(
     assert "restart_service" in card.text and "nginx" in str(card.blocks)
     assert "Restarting nginx to clear the leak." in str(card.blocks)
     assert runs(log) == []  # nothing ran before the click
+    status_ts = next(m.ts for m in slack.messages("C1", event["ts"]) if m.user == "UBOT")
+    await slack.wait_for(
+        lambda: slack.message("C1", status_ts).text.startswith("Waiting for approval"),
+        timeout=10,
+    )
 
     assert await click(serve, slack, card, "UAPPROVER1", "Approve") == 200
     await slack.wait_for(
@@ -39,8 +44,10 @@ async def test_approve_runs_the_call_once_as_the_clicker(
     assert len(done) == 1
     assert done[0]["args"] == ["nginx", "UAPPROVER1"]  # {confirmed_by} from the click
     assert done[0]["env_confirmed_by"] == "UAPPROVER1"  # not the model's "U1"
+    await slack.wait_for(
+        lambda: "Approved by <@UAPPROVER1>" in slack.message("C1", card.ts).text, timeout=10
+    )
     edited = slack.message("C1", card.ts)
-    assert "Approved by <@UAPPROVER1>" in edited.text
     assert "actions" not in [b["type"] for b in edited.blocks or []]
 
 
@@ -64,7 +71,9 @@ async def test_deny_tells_the_model_who_declined(
     assert runs(log) == []
     tool_results = [m for m in model.requests[-1].messages if m.get("role") == "tool"]
     assert tool_results[-1]["content"] == "Error: declined: denied by <@UAPPROVER1>"
-    assert "Denied by <@UAPPROVER1>" in slack.message("C1", card.ts).text
+    await slack.wait_for(
+        lambda: "Denied by <@UAPPROVER1>" in slack.message("C1", card.ts).text, timeout=10
+    )
 
 
 async def test_only_approvers_decide_and_others_are_told_why(
