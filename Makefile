@@ -24,14 +24,14 @@ lint: setup
 
 bench: setup
 	$(PYTHON) -m pip install -q -e '.[bench]' --config-settings editable_mode=compat
-	$(PYTHON) benchmarks/core_loop.py
-	$(PYTHON) benchmarks/llm_client.py
-	$(PYTHON) benchmarks/store.py
-	$(PYTHON) benchmarks/tools.py
-	$(PYTHON) benchmarks/slack_ack.py
-	$(PYTHON) benchmarks/pack_host_http.py
-	$(PYTHON) benchmarks/pack_prometheus.py
-	$(PYTHON) benchmarks/pack_supervisor.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/core_loop.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/llm_client.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/store.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/tools.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/slack_ack.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_host_http.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_prometheus.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_supervisor.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info

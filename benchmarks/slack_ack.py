@@ -6,10 +6,11 @@ and the load generator in this one. On a machine with 2+ cores the bot is pinned
 0 and everything else (Redis, fakes, load) to the other cores, so the figures measure the
 bot, not its neighbours (as in production, where Slack and the model are remote).
 Signed `app_mention` events, each in a new thread (so each starts a real job), are sent
-at 20, 50 and 100 per second for a few seconds each. Reported per rate: ack latency
+at 20, 50, 100 and 150 per second for a few seconds each. Reported per rate: ack latency
 p50/p99 as the sender sees it, the share of acks the bot itself timed under 50 ms and the
-bucket bound of its p99 (its `opsloop_ack_seconds` histogram), non-2xx answers, and the
-time from sending an event to the bot's status message (p50/p99).
+bucket bound of its p99 (its `opsloop_ack_seconds` histogram), the bound of the p99 of its
+event loop's lag (what a request waits before its handler runs), non-2xx answers, and
+the time from sending an event to the bot's status message (p50/p99).
 
     python benchmarks/slack_ack.py [--seconds 4] [--profile]
 
@@ -43,6 +44,8 @@ from bot.store.managed import ManagedRedis
 from tests.e2e.harness import BotProcess, bot_env, event_body, mention, sign
 
 SECRET = "bench-secret"
+LAG = "opsloop_event_loop_lag_seconds"
+RATES = (20, 50, 100, 150)  # the target is set at 100/s; 150/s shows the headroom
 
 
 class TimedSlack(FakeSlack):
@@ -82,11 +85,11 @@ def backends(ports: Any, cores: set[int]) -> None:
     asyncio.run(serve())
 
 
-def ack_histogram(metrics: str) -> dict[float, float]:
-    """``le`` bound → cumulative count of ``opsloop_ack_seconds``."""
+def ack_histogram(metrics: str, name: str = "opsloop_ack_seconds") -> dict[float, float]:
+    """``le`` bound → cumulative count of the histogram ``name``."""
     found = {}
     for line in metrics.splitlines():
-        match = re.match(r'opsloop_ack_seconds_bucket\{le="([^"]+)"\} (\S+)', line)
+        match = re.match(name + r'_bucket\{le="([^"]+)"\} (\S+)', line)
         if match:
             found[float(match.group(1))] = float(match.group(2))
     return found
@@ -223,18 +226,25 @@ async def main(seconds: float, profiling: bool = False) -> None:
                 print(f"signed app_mention events against `opsloop serve` (real Redis; {where})")
                 print(
                     f"{'rate/s':>6} {'sent':>5} {'non-2xx':>7} {'ack p50':>8} {'ack p99':>8}"
-                    f" {'bot <50ms':>9} {'bot p99 ≤':>11}"
+                    f" {'bot <50ms':>9} {'bot p99 ≤':>11} {'lag p99 ≤':>10}"
                     f" {'status p50':>10} {'status p99':>10}  (ms)"
                 )
-                for rate in (20, 50, 100):
-                    before = ack_histogram((await http.get(bot.url + "/metrics")).text)
+                for rate in RATES:
+                    text = (await http.get(bot.url + "/metrics")).text
+                    before = ack_histogram(text)
+                    lag_before = ack_histogram(text, LAG)
                     spy = None
                     if profiling and rate == 100 and bot.pid is not None:
                         spy = await profile(bot.pid, seconds, Path(tmp) / "profile.txt")
                     acks, bad, firsts = await load(
                         http, bot.url + "/slack/events", slack_url, rate, seconds
                     )
-                    after = ack_histogram((await http.get(bot.url + "/metrics")).text)
+                    text = (await http.get(bot.url + "/metrics")).text
+                    after = ack_histogram(text)
+                    lag = {
+                        le: n - lag_before.get(le, 0) for le, n in ack_histogram(text, LAG).items()
+                    }
+                    lag_p99 = min(le for le, n in lag.items() if n >= 0.99 * lag[math.inf])
                     if spy is not None:
                         await spy.wait()
                     counts = {le: n - before.get(le, 0) for le, n in after.items()}
@@ -244,6 +254,7 @@ async def main(seconds: float, profiling: bool = False) -> None:
                     print(
                         f"{rate:>6} {len(acks):>5} {bad:>7} {statistics.median(acks):>8.1f}"
                         f" {pct(acks, 0.99):>8.1f} {fast / total:>9.1%} {bot_p99 * 1000:>11g}"
+                        f" {lag_p99 * 1000:>10g}"
                         f" {statistics.median(firsts):>10.1f} {pct(firsts, 0.99):>10.1f}"
                     )
             if profiling and (Path(tmp) / "profile.txt").exists():

@@ -51,6 +51,10 @@ def _serve(*, socket: bool) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # One INFO line per HTTP request (every model call, every Slack call) is noise that
+    # costs CPU on the ack path's event loop; failures are still logged by opsloop.
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         bot, llm, tools = load_bot_settings(), load_llm_settings(), load_tool_settings()
         (socket_mode if socket else serve)(bot, llm, tools)

@@ -11,6 +11,7 @@ message's channel and ts, marked only after the message was persisted.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 import time
@@ -67,6 +68,7 @@ log = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 2.0
 SHUTDOWN_TIMEOUT_S = 5.0
+LAG_PROBE_S = 0.05
 FINISH_TIMEOUT_S = 60.0  # posting the answer and the ending
 CONTEXT_TIMEOUT_S = 1.5  # a slow Slack must not hold up the ack
 CONTEXT_MESSAGES = 50
@@ -90,6 +92,12 @@ class Metrics:
         self.ack = Histogram(
             "opsloop_ack_seconds",
             "Time to answer Slack",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=self.registry,
+        )
+        self.loop_lag = Histogram(
+            "opsloop_event_loop_lag_seconds",
+            "How late a 50 ms timer fires (time everything waits for the event loop)",
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=self.registry,
         )
@@ -222,6 +230,14 @@ class SlackBot:
         self.app.action(ACTION_CONTINUE)(self._on_continue)
         self._background(self.scanner.run(), "scanner")
         self._background(self.turns.listen_for_stops(), "stop signals")
+        self._background(self._watch_loop(), "loop lag")
+
+    async def _watch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(LAG_PROBE_S)
+            self.metrics.loop_lag.observe(max(0.0, loop.time() - started - LAG_PROBE_S))
 
     def _background(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -563,6 +579,10 @@ def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
     async def make() -> web.Application:
         await slack.start()
         app = slack.web_app()
+        # Everything built so far lives as long as the process: keep it out of the
+        # collector's full passes, whose pauses hold up every request.
+        gc.collect()
+        gc.freeze()
 
         async def cleanup(_: web.Application) -> None:
             await slack.close()

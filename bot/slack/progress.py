@@ -314,8 +314,10 @@ class JobProgress:
                 deadline_s=limits.deadline_s,
             )
             if self.status_ts is not None:
-                done = self._budget.submit(self.channel, self.status_ts, ending, urgent=True)
-                await done.wait()
+                # Queued, not awaited: the workspace's chat.update budget (Tier 3) may be
+                # minutes behind under load, and the job must not hold its lease and
+                # memory until then. The budget sends the newest content of each message.
+                self._budget.submit(self.channel, self.status_ts, ending, urgent=True)
         except Exception:
             log.exception("reporting the end of job %s failed", self.record.id)
         finally:

@@ -38,13 +38,17 @@ def connect(
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     max_connections: int = 64,
 ) -> aioredis.Redis:
-    """A client with bounded timeouts and no automatic retries (callers decide)."""
-    return aioredis.Redis.from_url(
+    """A client with bounded timeouts and no automatic retries (callers decide).
+
+    The pool blocks (up to ``socket_timeout_s``) when all ``max_connections`` are busy, so
+    a burst queues for a connection instead of failing at once."""
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=socket_timeout_s,
         decode_responses=True,
         socket_timeout=socket_timeout_s,
         socket_connect_timeout=connect_timeout_s,
-        max_connections=max_connections,
         retry_on_timeout=False,
         retry=None,
         health_check_interval=0,
@@ -53,6 +57,7 @@ def connect(
         # restart it hands out dead sockets ("Connection closed by server").
         maint_notifications_config=MaintNotificationsConfig(enabled=False),
     )
+    return aioredis.Redis.from_pool(pool)
 
 
 @asynccontextmanager
