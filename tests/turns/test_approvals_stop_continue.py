@@ -1,0 +1,205 @@
+"""Turns on the real store: a mutating call pauses the job and resumes with the
+decision; Stop ends a job nobody runs at once; Continue raises a limit by its original
+value; the scanner expires cards and resumes their jobs."""
+
+from __future__ import annotations
+
+import time
+
+import redis.asyncio as aioredis
+
+from bot.agent import StopReason, ToolMessage
+from bot.agent.testing import ScriptedModel, call, calls, text
+from bot.store.approvals import ApprovalRecord
+from bot.store.jobs import JobLimits, JobStatus
+from bot.store.keys import Keys, Thread
+from bot.turns.runner import Turns, TurnSettings
+from bot.turns.scanner import Scanner
+from tests.agent.conftest import echo_tool
+from tools.registry import Catalog
+
+LIMITS = JobLimits(max_iterations=2, deadline_s=600, token_budget=100_000)
+TS = "1700000000.000100"
+
+
+def make_turns(
+    redis: aioredis.Redis, keys: Keys, model: ScriptedModel, *, ttl: float = 3600
+) -> tuple[Turns, list[ApprovalRecord]]:
+    cards: list[ApprovalRecord] = []
+    read = echo_tool()
+    write = echo_tool("restart", category="mutating")
+
+    async def on_paused(record: object, approval: ApprovalRecord) -> None:
+        cards.append(approval)
+
+    turns = Turns(
+        redis=redis,
+        keys=keys,
+        resolver=model,
+        catalog=Catalog(
+            tools={read.name: read, write.name: write},
+            sources={read.name: "test", write.name: "test"},
+        ),
+        system_prompt="You are opsloop.",
+        settings=TurnSettings(limits=LIMITS, approval_ttl_s=ttl),
+        on_paused=on_paused,
+        consumer="test-process",
+    )
+    return turns, cards
+
+
+async def start(turns: Turns, thread: Thread) -> str:
+    receipt = await turns.receive(thread, ts=TS, user="UREQ", text="restart web-03")
+    assert receipt.job_id is not None
+    return receipt.job_id
+
+
+async def test_a_mutating_call_pauses_and_the_approval_resumes_it_once(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    model = ScriptedModel([calls(call("restart", "c1", host="web-03")), text("restarted")])
+    turns, cards = make_turns(redis, keys, model)
+    job_id = await start(turns, thread)
+
+    paused = await turns.run_job(job_id)
+    assert paused is not None and paused.stop_reason is StopReason.AWAITING_APPROVAL
+    assert len(cards) == 1 and cards[0].requester == "UREQ" and cards[0].tool == "restart"
+    assert await turns.run_job(job_id) is None  # still pending: nothing to resume
+    decided = await turns.approvals.decide(
+        job_id,
+        cards[0].call_id,
+        outcome="approved",
+        by="UAPPROVER",
+        args_hash=None,
+        now=time.time(),
+    )
+    assert decided is not None and decided.won
+
+    result = await turns.run_job(job_id)
+    assert result is not None and result.stop_reason is StopReason.COMPLETED
+    stored = await turns.jobs.get(job_id)
+    assert stored is not None and stored.status is JobStatus.COMPLETED
+    tool = [m for m in model.requests[-1].messages if isinstance(m, ToolMessage)]
+    assert tool[-1].content == "ok web-03"
+    assert await turns.run_job(job_id) is None  # finished: never again
+
+
+async def test_stop_cancels_a_paused_job_and_its_card_at_once(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    model = ScriptedModel([calls(call("restart", "c1", host="web-03"))])
+    turns, cards = make_turns(redis, keys, model)
+    job_id = await start(turns, thread)
+    await turns.run_job(job_id)
+
+    outcome = await turns.stop(job_id, "UREQ")
+    assert outcome.kind == "cancelled"
+    assert outcome.record is not None and outcome.record.status is JobStatus.CANCELLED
+    assert outcome.approval is not None and outcome.approval.status == "cancelled"
+    assert outcome.approval.decided_by == "UREQ"
+    assert (await turns.stop(job_id, "UREQ")).kind == "ended"
+
+
+async def test_stop_of_a_queued_job_ends_it_before_it_runs(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    model = ScriptedModel([])
+    turns, _ = make_turns(redis, keys, model)
+    job_id = await start(turns, thread)
+
+    assert (await turns.stop(job_id, "UREQ")).kind == "cancelled"
+    assert await turns.run_job(job_id) is None
+    assert model.requests == []
+
+
+async def test_stop_of_a_running_job_is_a_flag_the_next_checkpoint_reads(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    turns: Turns
+
+    async def first(request: object) -> object:
+        outcome = await turns.stop(job_id, "UREQ")
+        assert outcome.kind == "signalled"
+        return calls(call("check", "c1", host="web-03"))
+
+    model = ScriptedModel([first, text("never")])  # type: ignore[list-item]
+    turns, _ = make_turns(redis, keys, model)
+    job_id = await start(turns, thread)
+
+    result = await turns.run_job(job_id)
+    assert result is not None and result.stop_reason is StopReason.CANCELLED
+    assert result.error == "stopped by <@UREQ>"
+    assert len(model.requests) == 1
+
+
+async def test_continue_raises_the_limit_by_its_original_value_each_time(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    looping = [calls(call("check", f"c{i}", host=f"web-{i}")) for i in range(6)]
+    model = ScriptedModel([*looping, text("done")])
+    turns, _ = make_turns(redis, keys, model)
+    job_id = await start(turns, thread)
+
+    first = await turns.run_job(job_id)
+    assert first is not None and first.stop_reason is StopReason.LIMIT_ITERATIONS
+    raised = await turns.raise_limit(job_id, "UREQ")
+    assert not isinstance(raised, str) and raised.limits.max_iterations == 4
+    assert raised.status is JobStatus.RUNNING and raised.raises[-1].by == "UREQ"
+    assert isinstance(await turns.raise_limit(job_id, "UREQ"), str)  # not at a limit now
+
+    second = await turns.run_job(job_id)
+    assert second is not None and second.stop_reason is StopReason.LIMIT_ITERATIONS
+    again = await turns.raise_limit(job_id, "UOTHER")
+    assert not isinstance(again, str) and again.limits.max_iterations == 6  # +2, not +4
+    assert [r.by for r in again.raises] == ["UREQ", "UOTHER"]
+    third = await turns.run_job(job_id)
+    assert third is not None and third.stop_reason is StopReason.LIMIT_ITERATIONS
+    assert third.state.iterations == 6  # the same job's progress, carried on
+
+
+async def test_the_scanner_expires_a_card_and_resumes_its_job(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    model = ScriptedModel([calls(call("restart", "c1", host="web-03")), text("skipped it")])
+    turns, cards = make_turns(redis, keys, model, ttl=60)
+    job_id = await start(turns, thread)
+    await turns.run_job(job_id)
+    expired: list[ApprovalRecord] = []
+    scheduled: list[str] = []
+
+    async def on_expired(approval: ApprovalRecord) -> None:
+        expired.append(approval)
+
+    early = Scanner(turns, schedule=scheduled.append, on_expired=on_expired)
+    await early.scan()
+    assert expired == [] and scheduled == []  # not yet
+    later = Scanner(
+        turns, schedule=scheduled.append, on_expired=on_expired, now=lambda: time.time() + 61
+    )
+    await later.scan()
+
+    assert [a.status for a in expired] == ["expired"] and job_id in scheduled
+    result = await turns.run_job(job_id)
+    assert result is not None and result.stop_reason is StopReason.COMPLETED
+    tool = [m for m in model.requests[-1].messages if isinstance(m, ToolMessage)]
+    assert tool[-1].content == "Error: declined: approval expired"
+
+
+async def test_the_scanner_resumes_a_running_job_whose_lease_is_gone(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    model = ScriptedModel([text("all good")])
+    turns, _ = make_turns(redis, keys, model)
+    job_id = await start(turns, thread)
+    record = await turns.jobs.get(job_id)
+    assert record is not None
+    await turns.jobs.save(record, JobStatus.RUNNING, fence=1)  # its process died
+    scheduled: list[str] = []
+
+    async def on_expired(approval: ApprovalRecord) -> None:
+        raise AssertionError("no card here")
+
+    await Scanner(turns, schedule=scheduled.append, on_expired=on_expired).scan()
+    assert scheduled == [job_id]
+    result = await turns.run_job(job_id)
+    assert result is not None and result.output == "all good"
