@@ -1,0 +1,1 @@
+"""The local development mode: a Slack emulator with its web page (``opsloop dev``)."""
