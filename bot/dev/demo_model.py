@@ -1,0 +1,522 @@
+"""The demo model of ``opsloop dev``: a scripted incident responder for ``ScriptedServer``.
+
+``demo_policy()`` answers every request from the conversation it carries (never from a
+call count), with the four demo tools of ``bot.dev.demo_tools``:
+
+1. a request → "checking web's health" and ``web_health``;
+2. healthy → it says so and changes nothing; degraded → ``web_metrics``;
+3. with the evidence → ``web_restart``, the reason in the same message (the Approve card
+   shows it);
+4. ``Error: declined: …`` → an answer without a restart (what it found, what next);
+   restarted → ``web_health`` and ``web_metrics`` again to verify;
+5. a Markdown answer: summary, a before/after table, the action and who approved it
+   (read from the restart's output).
+
+A person's message that arrives mid-turn changes the next step: "don't restart, show me
+the logs first" → ``web_logs`` and an answer without a restart until someone asks for
+one again ("restart web", in a later message). Only the turn since the last answer
+counts: a thread's earlier incidents do not. Both the OpenAI and the Anthropic message
+formats are read; tool results are the messages with role ``tool`` (or ``tool_result``
+blocks).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
+
+HEALTH, METRICS, LOGS, RESTART = "web_health", "web_metrics", "web_logs", "web_restart"
+SLOW_MS = 1000.0  # a /health slower than this is degraded
+LOG_LINES = 40
+
+
+# -- reading the conversation ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One step of the conversation: a person's text, a tool call, its result, an answer."""
+
+    kind: Literal["user", "call", "result", "answer"]
+    text: str = ""
+    tool: str = ""
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [_text(b.get("text", b.get("content"))) for b in content if isinstance(b, dict)]
+        return "\n".join(p for p in parts if p)
+    return ""
+
+
+def timeline(messages: Sequence[dict[str, Any]]) -> list[Event]:
+    """The conversation as events, from OpenAI- or Anthropic-shaped messages."""
+    names: dict[str, str] = {}  # tool call id → tool name
+    events: list[Event] = []
+    for message in messages:
+        role, content = message.get("role"), message.get("content")
+        if role == "assistant":
+            calls = [
+                (c.get("id", ""), c.get("function", {}).get("name", ""))
+                for c in message.get("tool_calls") or []
+            ]
+            if isinstance(content, list):
+                calls += [
+                    (b.get("id", ""), b.get("name", ""))
+                    for b in content
+                    if isinstance(b, dict) and b.get("type") == "tool_use"
+                ]
+            for call_id, name in calls:
+                names[str(call_id)] = str(name)
+                events.append(Event("call", tool=str(name)))
+            if not calls:
+                events.append(Event("answer", _text(content)))
+        elif role == "tool":
+            name = names.get(str(message.get("tool_call_id")), "")
+            events.append(Event("result", _text(content), name))
+        elif role == "user" and isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    name = names.get(str(block.get("tool_use_id")), "")
+                    events.append(Event("result", _text(block.get("content")), name))
+                elif isinstance(block, dict) and block.get("type") == "text":
+                    events.append(Event("user", str(block.get("text", ""))))
+        elif role == "user":
+            events.append(Event("user", _text(content)))
+    return events
+
+
+_MENTION = re.compile(r"<[@#!][^>]*>")
+_NO_RESTART = re.compile(
+    r"\b(don'?t|do not|dont|not|never|without|hold off|stop|wait|avoid)\b[\w\s,']{0,30}?"
+    r"\brestart|\bno restarts?\b"
+)
+_RESTART = re.compile(r"\brestart\b|\bgo ahead\b|\bproceed\b")
+_ASKS = {
+    LOGS: re.compile(r"\blogs?\b"),
+    METRICS: re.compile(r"\bmetrics?\b"),
+    HEALTH: re.compile(r"\bhealth|\bcheck (it |web )?again\b"),
+}
+
+
+def _clean(text: str) -> str:
+    return _MENTION.sub(" ", text).replace("’", "'").lower()
+
+
+def restart_intent(text: str) -> Literal["hold", "go"] | None:
+    """What a person's message says about restarting: hold off, go ahead, or nothing."""
+    text = _clean(text)
+    if _NO_RESTART.search(text):
+        return "hold"
+    return "go" if _RESTART.search(text) else None
+
+
+def asks_for(text: str) -> list[str]:
+    """The read-only tools a person's message asks for, in a stable order."""
+    text = _clean(text)
+    return [tool for tool, pattern in _ASKS.items() if pattern.search(text)]
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    status: int | None  # None: no answer at all
+    ms: float | None
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> Health:
+        found = re.search(r"HTTP (\d{3})\b[^\n]*? in (\d+(?:\.\d+)?) ms", text)
+        if found is None:
+            return cls(None, None, text.strip())
+        return cls(int(found[1]), float(found[2]), text.strip())
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.ms is not None and self.ms < SLOW_MS
+
+    def describe(self) -> str:
+        if self.status is None:
+            return f"no answer ({_first_line(self.text)})"
+        return f"HTTP {self.status} in {self.ms:.0f} ms"
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "no output"
+    return line if len(line) <= 160 else line[:159] + "…"
+
+
+def parse_metrics(text: str) -> dict[str, Any] | None:
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        return None
+    try:
+        data = json.loads(text[start : end + 1])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    outcome: Literal["done", "declined", "failed"]
+    text: str
+    old_pid: str | None = None
+    new_pid: str | None = None
+    approver: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Restart:
+        if text.startswith("Error: declined:"):
+            return cls("declined", text.removeprefix("Error: declined:").strip())
+        moved = re.search(r"pid (\d+) → (\d+)", text) or re.search(r"started pid ()(\d+)", text)
+        if text.startswith("Error:") or moved is None:
+            return cls("failed", text.strip())
+        by = re.search(r"approved by ([^)\s]+)", text)
+        return cls("done", text.strip(), moved[1] or None, moved[2], by[1] if by else None)
+
+
+@dataclass(slots=True)
+class Turn:
+    """The current job: everything since the last answer."""
+
+    request: str = ""
+    pending: str | None = None  # a person's words after the model's last step
+    intent: Literal["hold", "go"] | None = None  # the latest word on restarting
+    health: list[tuple[int, Health]] = field(default_factory=list)
+    metrics: list[tuple[int, dict[str, Any] | None]] = field(default_factory=list)
+    logs: list[tuple[int, str]] = field(default_factory=list)
+    restart: tuple[int, Restart] | None = None
+
+    @classmethod
+    def read(cls, events: Sequence[Event]) -> Turn:
+        start = max((i + 1 for i, e in enumerate(events) if e.kind == "answer"), default=0)
+        turn = cls()
+        spoke = False  # the model has taken a step in this turn
+        words: list[str] = []
+        for i, event in enumerate(events[start:], start):
+            if event.kind == "user":
+                words.append(event.text)
+                turn.intent = restart_intent(event.text) or turn.intent
+            elif event.kind == "call":
+                if not spoke:
+                    turn.request = "\n".join(words)
+                spoke, words = True, []
+            elif event.kind == "result":
+                turn._result(i, event)
+        if not spoke:
+            turn.request = "\n".join(words)
+        elif words:
+            turn.pending = "\n".join(words)
+        return turn
+
+    def _result(self, i: int, event: Event) -> None:
+        if event.tool == HEALTH:
+            self.health.append((i, Health.parse(event.text)))
+        elif event.tool == METRICS:
+            self.metrics.append((i, parse_metrics(event.text)))
+        elif event.tool == LOGS:
+            self.logs.append((i, event.text))
+        elif event.tool == RESTART:
+            self.restart = (i, Restart.parse(event.text))
+
+    def before_restart(self) -> tuple[Health | None, dict[str, Any] | None]:
+        cut = self.restart[0] if self.restart else 1 << 62
+        health = [h for i, h in self.health if i < cut]
+        metrics = [m for i, m in self.metrics if i < cut]
+        return (health[-1] if health else None), (metrics[-1] if metrics else None)
+
+    def after_restart(self) -> tuple[Health | None, dict[str, Any] | None]:
+        cut = self.restart[0] if self.restart else 1 << 62
+        health = [h for i, h in self.health if i > cut]
+        metrics = [m for i, m in self.metrics if i > cut]
+        return (health[-1] if health else None), (metrics[-1] if metrics else None)
+
+
+# -- deciding -------------------------------------------------------------------------
+
+
+def _logs_call() -> ScriptedCall:
+    return ScriptedCall(LOGS, {"lines": LOG_LINES})
+
+
+def _user(who: str | None) -> str:
+    if who and re.fullmatch(r"[UW][A-Z0-9]{2,}", who):
+        return f"<@{who}>"
+    return who or "someone (the tool output did not say who)"
+
+
+def _pct(value: Any) -> str:
+    return f"{float(value) * 100:.1f}%" if isinstance(value, int | float) else "—"
+
+
+def _ms(value: Any) -> str:
+    return f"{float(value):.0f} ms" if isinstance(value, int | float) else "—"
+
+
+def _failing(metrics: dict[str, Any]) -> bool:
+    rate = metrics.get("error_rate")
+    return isinstance(rate, int | float) and rate > 0
+
+
+def _evidence(health: Health | None, metrics: dict[str, Any] | None) -> list[str]:
+    lines = []
+    if health is not None:
+        lines.append(f"/health: {health.describe()} (healthy is HTTP 200 well under a second)")
+    if metrics:
+        lines.append(
+            f"last minute: {_pct(metrics.get('error_rate'))} of "
+            f"{metrics.get('requests_last_min', '?')} requests failed, p50 "
+            f"{_ms(metrics.get('p50_ms'))}, p95 {_ms(metrics.get('p95_ms'))}, CPU "
+            f"{metrics.get('cpu_percent', '?')}% (burn {metrics.get('cpu_burn', '?')}), "
+            f"pid {metrics.get('pid', '?')}, up {metrics.get('uptime_s', '?')} s"
+        )
+    return lines
+
+
+def _log_findings(text: str | None) -> list[str]:
+    if not text or text.startswith("Error:"):
+        return []
+    lines = text.splitlines()
+    errors = sum(1 for line in lines if " ERROR " in line)
+    slow = sum(1 for line in lines if line.endswith("(slow)"))
+    notes = [
+        line.split(" WARNING ", 1)[1]
+        for line in lines
+        if " WARNING " in line and not line.endswith("(slow)")
+    ]
+    out = [f"log: {errors} failed and {slow} slow requests in the last {len(lines)} lines"]
+    if notes:
+        out.append(f'log says: "{notes[-1]}"')
+    return out
+
+
+class DemoPolicy:
+    """``(ScriptedRequest) -> Reply``; see the module docstring."""
+
+    def __call__(self, request: ScriptedRequest) -> Reply:
+        offered = {t.get("function", t).get("name") for t in request.tools}
+        turn = Turn.read(timeline(request.messages))
+        reply = self.follow(turn) if turn.pending is not None else None
+        reply = reply or self.next_step(turn)
+        missing = [c.name for c in reply.tool_calls if offered and c.name not in offered]
+        if missing:
+            return Reply(content=self.unavailable(turn, missing))
+        return reply
+
+    def follow(self, turn: Turn) -> Reply | None:
+        """A person spoke since the last step: do what they asked, if it is clear."""
+        assert turn.pending is not None
+        asked, intent = asks_for(turn.pending), restart_intent(turn.pending)
+        r = turn.restart[1] if turn.restart is not None else None
+        done = r is not None and r.outcome == "done"
+        health, metrics = turn.before_restart()
+        if r is not None and done and (asked or intent == "hold"):
+            lead = (
+                f"web had already been restarted (pid {r.old_pid} → {r.new_pid}, approved "
+                f"by {_user(r.approver)}) when your message came in; that cannot be undone."
+            )
+        elif intent == "hold":
+            lead = "Understood: I won't restart web."
+        else:
+            lead = "Sure."
+        if asked:
+            calls = [_logs_call() if n == LOGS else ScriptedCall(n, {}) for n in asked]
+            shown = " and ".join(
+                {LOGS: "its log", METRICS: "its metrics", HEALTH: "its health"}[n] for n in asked
+            )
+            return Reply(content=f"{lead} Here is {shown}.", tool_calls=calls)
+        if done or health is None or health.ok:
+            return None  # verifying, or nothing to restart: the usual next step
+        if intent == "go":
+            return self.propose(health, metrics, asked_by_user=True)
+        if intent == "hold":
+            return Reply(content=self.hold_answer(turn))
+        return None
+
+    def next_step(self, turn: Turn) -> Reply:
+        if turn.restart is not None:
+            return self.after_restart(turn)
+        health, metrics = turn.before_restart()
+        if health is None:
+            extra = [n for n in asks_for(turn.request) if n != HEALTH]
+            calls = [ScriptedCall(HEALTH, {})]
+            calls += [_logs_call() if n == LOGS else ScriptedCall(n, {}) for n in extra]
+            return Reply(content="Checking web's health endpoint first.", tool_calls=calls)
+        if health.ok:
+            return Reply(content=self.healthy_answer(health))
+        if turn.intent == "hold":
+            if not turn.logs:
+                return Reply(
+                    content=f"web is degraded ({health.describe()}). Not restarting, as asked: "
+                    "reading its log instead.",
+                    tool_calls=[_logs_call()],
+                )
+            return Reply(content=self.hold_answer(turn))
+        if metrics is None and turn.intent != "go":
+            return Reply(
+                content=f"/health answered {health.describe()}: web is degraded. "
+                "Looking at its metrics.",
+                tool_calls=[ScriptedCall(METRICS, {})],
+            )
+        return self.propose(health, metrics, asked_by_user=turn.intent == "go")
+
+    def propose(
+        self, health: Health, metrics: dict[str, Any] | None, *, asked_by_user: bool
+    ) -> Reply:
+        why = [f"/health answered {health.describe()}"]
+        if metrics:
+            p95 = _ms(metrics.get("p95_ms"))
+            if _failing(metrics):
+                why.append(
+                    f"{_pct(metrics.get('error_rate'))} of requests failed in the last minute "
+                    f"(p95 {p95})"
+                )
+            else:
+                why.append(f"the p95 latency of the last minute is {p95}")
+            if metrics.get("cpu_burn") == "on":
+                why.append(f"it burns {metrics.get('cpu_percent', '?')}% CPU")
+        lead = "As you asked, proposing a restart. " if asked_by_user else ""
+        reason = (
+            f"{lead}web is degraded: {', '.join(why[:-1]) + ' and ' if len(why) > 1 else ''}"
+            f"{why[-1]}. A restart starts a fresh process, which should clear this; "
+            "I'll check /health and the metrics again afterwards."
+        )
+        return Reply(content=reason, tool_calls=[ScriptedCall(RESTART, {})])
+
+    def after_restart(self, turn: Turn) -> Reply:
+        assert turn.restart is not None
+        _, restart = turn.restart
+        before_h, before_m = turn.before_restart()
+        if restart.outcome == "declined":
+            return Reply(content=self.declined_answer(turn, restart))
+        if restart.outcome == "failed":
+            lines = [
+                "**The restart of web failed**, so nothing changed for the better:",
+                f"`{_first_line(restart.text)}`",
+                "",
+                "Before it:",
+            ]
+            lines += [f"- {e}" for e in _evidence(before_h, before_m)]
+            lines += ["", "Next step: read `web_logs` and check the service before retrying."]
+            return Reply(content="\n".join(lines))
+        after_h, after_m = turn.after_restart()
+        if after_h is None:
+            return Reply(
+                content=f"web was restarted (pid {restart.old_pid or '—'} → {restart.new_pid}). "
+                "Checking /health and the metrics again.",
+                tool_calls=[ScriptedCall(HEALTH, {}), ScriptedCall(METRICS, {})],
+            )
+        return Reply(content=self.restart_answer(turn, restart, after_h, after_m))
+
+    # -- answers ------------------------------------------------------------------------
+
+    def healthy_answer(self, health: Health) -> str:
+        return (
+            f"**web looks healthy:** /health answered {health.describe()}. "
+            "Nothing needs fixing, so I changed nothing.\n\n"
+            "If users still see problems, tell me what they see and I'll dig into its "
+            "metrics and logs."
+        )
+
+    def hold_answer(self, turn: Turn) -> str:
+        health, metrics = turn.before_restart()
+        logs = turn.logs[-1][1] if turn.logs else None
+        lines = ["**Holding off on a restart, as you asked.** What I see:"]
+        lines += [f"- {e}" for e in _evidence(health, metrics) + _log_findings(logs)]
+        lines += [
+            "",
+            "Nothing was changed: web is still degraded. When you want it restarted, "
+            'say "restart web" and I\'ll ask for approval.',
+        ]
+        return "\n".join(lines)
+
+    def declined_answer(self, turn: Turn, restart: Restart) -> str:
+        health, metrics = turn.before_restart()
+        logs = turn.logs[-1][1] if turn.logs else None
+        lines = [
+            f"**I did not restart web**: the restart was declined ({restart.text}).",
+            "",
+            "What I found:",
+        ]
+        lines += [f"- {e}" for e in _evidence(health, metrics) + _log_findings(logs)]
+        next_step = "" if logs else "read its log (`web_logs`) for what started this, and "
+        lines += [
+            "",
+            f"web is still degraded. Next step: {next_step}restart it if users are "
+            'affected: say "restart web" and I\'ll ask for approval again.',
+        ]
+        return "\n".join(lines)
+
+    def restart_answer(
+        self, turn: Turn, restart: Restart, after_h: Health, after_m: dict[str, Any] | None
+    ) -> str:
+        before_h, before_m = turn.before_restart()
+        b, a = before_m or {}, after_m or {}
+
+        def cpu(m: dict[str, Any]) -> str:
+            if "cpu_percent" not in m:
+                return "—"
+            return f"{float(m['cpu_percent']):.0f}% (burn {m.get('cpu_burn', '?')})"
+
+        rows = [
+            ("/health", before_h.describe() if before_h else "—", after_h.describe()),
+            ("state", str(b.get("state", "—")), str(a.get("state", "—"))),
+            ("error rate (last min)", _pct(b.get("error_rate")), _pct(a.get("error_rate"))),
+            ("p95 latency", _ms(b.get("p95_ms")), _ms(a.get("p95_ms"))),
+            ("CPU", cpu(b), cpu(a)),
+            ("pid", restart.old_pid or str(b.get("pid", "—")), restart.new_pid or "—"),
+        ]
+        if after_h.ok:
+            was = [f"/health {before_h.describe()}"] if before_h else []
+            if _failing(b):
+                was.append(f"{_pct(b.get('error_rate'))} of requests failing")
+            if b.get("cpu_burn") == "on":
+                was.append("CPU burn on")
+            head = (
+                f"**web is healthy again.** It was degraded ({', '.join(was) or 'see below'}); "
+                "a restart cleared it."
+            )
+            still = (
+                "the cause. A restart clears the symptom, not what caused it: if web "
+                "degrades again, read `web_logs` before restarting it again."
+            )
+        else:
+            head = f"**web was restarted but is still not healthy:** {after_h.describe()}."
+            still = "web itself. Next step: read `web_logs` for what keeps it degraded."
+        table = ["| | before | after |", "|---|---|---|"]
+        table += [f"| {name} | {before} | {after} |" for name, before, after in rows]
+        return "\n".join(
+            [
+                head,
+                "",
+                *table,
+                "",
+                f"**Action:** restarted web (pid {restart.old_pid or '—'} → {restart.new_pid}), "
+                f"approved by {_user(restart.approver)}.",
+                "",
+                f"**Still open:** {still}",
+            ]
+        )
+
+    def unavailable(self, turn: Turn, missing: list[str]) -> str:
+        health, metrics = turn.before_restart()
+        lines = [
+            f"I can't use {', '.join(f'`{m}`' for m in missing)} here (not offered to "
+            "me in this channel), so I stopped."
+        ]
+        found = _evidence(health, metrics)
+        if found:
+            lines += ["", "What I found so far:", *[f"- {e}" for e in found]]
+        return "\n".join(lines)
+
+
+def demo_policy() -> Callable[[ScriptedRequest], Reply]:
+    """The demo incident responder, for ``ScriptedServer(demo_policy())``."""
+    return DemoPolicy()

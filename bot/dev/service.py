@@ -1,0 +1,588 @@
+"""The demo service "web" of ``opsloop dev``: a small local HTTP service that degrades.
+
+    python -m bot.dev.service serve --port N --dir STATE_DIR [--healthy-for 20]
+    python -m bot.dev.service restart --dir STATE_DIR [--approved-by U…]
+    python -m bot.dev.service status --dir STATE_DIR
+
+``serve`` answers ``GET /`` (a line of text), ``GET /health`` and ``GET /metrics`` (JSON)
+on 127.0.0.1. It is healthy for ``--healthy-for`` seconds, then degraded until it stops:
+``/`` and ``/health`` take 1.5–2.5 s and about 30 % of them answer 500, and a background
+thread burns about 60 % of one core in short slices. A fresh process starts healthy, so
+a restart "fixes" it. A built-in client sends it a few requests a second, so its metrics
+and log have traffic to show. It writes ``web.pid``, ``web.json`` (its arguments, which
+``restart`` reuses), ``web.log`` (rotated at 1 MiB) and ``web.err`` (its stderr) in
+STATE_DIR, and nothing anywhere else.
+
+``restart`` and ``status`` are what the demo tools run; ``start_service`` and
+``stop_service`` are what ``opsloop dev`` calls. Before any signal, the pid in the
+pidfile must be a ``bot.dev.service serve`` process of the same STATE_DIR
+(``/proc/PID/cmdline``): a stale pidfile naming someone else's process is ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import logging.handlers
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from bot.errors import OpsloopError
+
+HOST = "127.0.0.1"
+MODULE = "bot.dev.service"
+PIDFILE, ARGSFILE, LOGFILE, ERRFILE = "web.pid", "web.json", "web.log", "web.err"
+DEFAULT_HEALTHY_FOR_S = 20.0
+
+DEGRADED_LATENCY_S = (1.5, 2.5)
+DEGRADED_ERROR_SHARE = 0.3
+BURN_SLICE_S, BURN_PERIOD_S = 0.006, 0.010  # busy 6 ms of every 10 ms: ~60 % of one core
+TRAFFIC_INTERVAL_S = 0.25  # the built-in client: 4 requests/s
+TRAFFIC_MAX_IN_FLIGHT = 8
+WINDOW_S = 60.0  # metrics are over the last minute
+SUMMARY_EVERY_S = 10.0
+SLOW_MS = 1000.0
+LOG_MAX_BYTES = 1 << 20
+
+START_TIMEOUT_S = 15.0  # for a new process to answer /health
+STOP_TIMEOUT_S = 5.0  # between SIGTERM and SIGKILL
+KILL_TIMEOUT_S = 2.0
+POLL_S = 0.05
+
+log = logging.getLogger("web")
+
+
+class ServiceError(OpsloopError):
+    """The demo service could not be started, stopped or reached."""
+
+
+# -- the service --------------------------------------------------------------------
+
+
+class WebState:
+    """What the service knows about itself: its age, its requests of the last minute."""
+
+    def __init__(self, *, port: int, healthy_for: float) -> None:
+        self.port = port
+        self.healthy_for = healthy_for
+        self.started = time.monotonic()
+        self.requests = 0
+        self.degraded = False  # set once, by ``_degrade``, after the log line saying so
+        self._samples: deque[tuple[float, float, bool]] = deque(maxlen=100_000)
+        self._cpu: deque[tuple[float, float]] = deque(maxlen=6)  # (wall, cpu) each second
+        self._lock = threading.Lock()
+        self._rng = random.Random()
+
+    @property
+    def uptime(self) -> float:
+        return time.monotonic() - self.started
+
+    def fault(self) -> tuple[float, bool]:
+        """(seconds to stall, answer 500) for one request to ``/`` or ``/health``."""
+        if not self.degraded:
+            return 0.0, False
+        with self._lock:
+            return self._rng.uniform(*DEGRADED_LATENCY_S), self._rng.random() < DEGRADED_ERROR_SHARE
+
+    def record(self, latency_ms: float, ok: bool) -> None:
+        with self._lock:
+            self.requests += 1
+            self._samples.append((time.monotonic(), latency_ms, ok))
+
+    def sample_cpu(self) -> None:
+        with self._lock:
+            self._cpu.append((time.monotonic(), time.process_time()))
+
+    def window(self) -> list[tuple[float, float, bool]]:
+        cutoff = time.monotonic() - WINDOW_S
+        with self._lock:
+            while self._samples and self._samples[0][0] < cutoff:
+                self._samples.popleft()
+            return list(self._samples)
+
+    def cpu_percent(self) -> float:
+        with self._lock:
+            if len(self._cpu) < 2:
+                return 0.0
+            (wall0, cpu0), (wall1, cpu1) = self._cpu[0], self._cpu[-1]
+        return round(100 * (cpu1 - cpu0) / max(wall1 - wall0, 1e-6), 1)
+
+    def metrics(self) -> dict[str, Any]:
+        samples = self.window()
+        latencies = sorted(s[1] for s in samples)
+        errors = sum(1 for s in samples if not s[2])
+        return {
+            "service": "web",
+            "pid": os.getpid(),
+            "port": self.port,
+            "state": "degraded" if self.degraded else "healthy",
+            "uptime_s": round(self.uptime, 1),
+            "requests": self.requests,
+            "requests_last_min": len(samples),
+            "errors_last_min": errors,
+            "error_rate": round(errors / len(samples), 3) if samples else 0.0,
+            "p50_ms": round(_percentile(latencies, 0.50), 1),
+            "p95_ms": round(_percentile(latencies, 0.95), 1),
+            "cpu_burn": "on" if self.degraded else "off",
+            "cpu_percent": self.cpu_percent(),
+        }
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+class WebServer(ThreadingHTTPServer):
+    daemon_threads = True  # a stalled request does not hold up the exit
+
+    def __init__(self, port: int, healthy_for: float) -> None:
+        super().__init__((HOST, port), Handler)
+        self.web = WebState(port=int(self.server_address[1]), healthy_for=healthy_for)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: WebServer
+    server_version = "web/1.0"
+
+    def do_GET(self) -> None:
+        web = self.server.web
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._send(200, json.dumps(web.metrics()), "application/json")
+            return
+        if path not in ("/", "/health"):
+            self._send(404, "not found\n")
+            return
+        started = time.perf_counter()
+        stall, fail = web.fault()
+        if stall:
+            time.sleep(stall)
+        if fail:
+            body = "error: reindex job holds every worker (timed out waiting for a worker)\n"
+        else:
+            body = "ok\n" if path == "/health" else "web: hello from the opsloop demo service\n"
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        web.record(elapsed_ms, not fail)
+        if fail:
+            log.error("GET %s 500 in %.0f ms: timed out waiting for a worker", path, elapsed_ms)
+        elif elapsed_ms > SLOW_MS:
+            log.warning("GET %s 200 in %.0f ms (slow)", path, elapsed_ms)
+        self._send(500 if fail else 200, body)
+
+    def _send(self, status: int, body: str, content_type: str = "text/plain") -> None:
+        data = body.encode()
+        try:
+            self.send_response(status)
+            self.send_header("content-type", f"{content_type}; charset=utf-8")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            pass  # the client gave up waiting
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # requests worth a line are logged by do_GET
+
+
+def _burn(web: WebState, stop: threading.Event) -> None:
+    """While degraded, keep one core about 60 % busy, in slices (never more)."""
+    while not stop.is_set():
+        if not web.degraded:
+            stop.wait(0.2)
+            continue
+        until = time.perf_counter() + BURN_SLICE_S
+        while time.perf_counter() < until:
+            pass
+        stop.wait(BURN_PERIOD_S - BURN_SLICE_S)
+
+
+def _traffic(web: WebState, stop: threading.Event) -> None:
+    """The built-in client: a few requests a second to ``/``, a bounded number in flight."""
+    slots = threading.BoundedSemaphore(TRAFFIC_MAX_IN_FLIGHT)
+    url = f"http://{HOST}:{web.port}/"
+
+    def one() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                response.read()
+        except (OSError, urllib.error.URLError):
+            pass  # a 500 or a timeout: the server has recorded it already
+        finally:
+            slots.release()
+
+    while not stop.wait(TRAFFIC_INTERVAL_S):
+        if slots.acquire(blocking=False):
+            threading.Thread(target=one, name="traffic", daemon=True).start()
+
+
+def _degrade(web: WebState, stop: threading.Event) -> None:
+    """At ``healthy_for`` seconds of uptime: say so in the log, then degrade."""
+    if stop.wait(max(0.0, web.healthy_for - web.uptime)):
+        return
+    lo, hi = DEGRADED_LATENCY_S
+    log.warning(
+        "background job 'reindex' is stuck in a busy loop after %.0f s of uptime "
+        "(demo fault): requests now take %.1f-%.1f s, about %d%% fail, CPU burn on",
+        web.uptime,
+        lo,
+        hi,
+        DEGRADED_ERROR_SHARE * 100,
+    )
+    web.degraded = True
+
+
+def _ticker(web: WebState, stop: threading.Event) -> None:
+    """CPU samples every second, a summary of the last minute every 10 s."""
+    last_summary = time.monotonic()
+    while not stop.wait(1.0):
+        web.sample_cpu()
+        if time.monotonic() - last_summary >= SUMMARY_EVERY_S:
+            last_summary = time.monotonic()
+            m = web.metrics()
+            log.info(
+                "last minute: %d requests, %.0f%% errors, p50 %.0f ms, p95 %.0f ms, cpu %.0f%%",
+                m["requests_last_min"],
+                m["error_rate"] * 100,
+                m["p50_ms"],
+                m["p95_ms"],
+                m["cpu_percent"],
+            )
+
+
+def serve(*, port: int, state_dir: Path, healthy_for: float) -> int:
+    """Run the service until SIGTERM/SIGINT; 1 if the port cannot be bound."""
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.handlers.RotatingFileHandler(
+        state_dir / LOGFILE, maxBytes=LOG_MAX_BYTES, backupCount=1, encoding="utf-8"
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        server = WebServer(port, healthy_for)
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", HOST, port, exc.strerror)
+        print(f"web: cannot listen on {HOST}:{port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    web = server.web
+    _write_atomic(state_dir / ARGSFILE, json.dumps({"port": web.port, "healthy_for": healthy_for}))
+    _write_atomic(state_dir / PIDFILE, f"{os.getpid()}\n")
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("%s received, stopping", signal.Signals(signum).name)
+        # shutdown() waits for serve_forever, which runs in this (the main) thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop = threading.Event()
+    for target in (_degrade, _burn, _traffic, _ticker):
+        threading.Thread(target=target, args=(web, stop), name=target.__name__, daemon=True).start()
+    log.info("started: pid %d on %s:%d, healthy for %g s", os.getpid(), HOST, web.port, healthy_for)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        stop.set()
+        server.server_close()
+        if read_pid(state_dir) == os.getpid():
+            (state_dir / PIDFILE).unlink(missing_ok=True)
+        log.info("stopped: pid %d", os.getpid())
+    return 0
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -- processes: only ours, by pid ---------------------------------------------------
+
+# Processes this process started (pid → its state folder and Popen), reaped when they end.
+_children: dict[int, tuple[Path, subprocess.Popen[bytes]]] = {}
+
+
+def read_pid(state_dir: Path) -> int | None:
+    try:
+        text = (state_dir / PIDFILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def read_args(state_dir: Path) -> dict[str, Any]:
+    """The arguments the last ``serve`` ran with (``port``, ``healthy_for``)."""
+    try:
+        data = json.loads((state_dir / ARGSFILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ServiceError(f"no demo service was set up in {state_dir} ({ARGSFILE})") from None
+    return {"port": int(data["port"]), "healthy_for": float(data["healthy_for"])}
+
+
+def service_port(state_dir: Path) -> int:
+    """The port the service of ``state_dir`` listens on (after ``--port 0`` too)."""
+    return int(read_args(state_dir.resolve())["port"])
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie is not). Our own child is asked with ``poll``, which also reaps
+    it, so that no ``Popen`` is ever dropped before its exit status was read."""
+    child = _children.get(pid)
+    if child is not None:
+        if child[1].poll() is None:
+            return True
+        del _children[pid]
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def is_ours(pid: int, state_dir: Path) -> bool:
+    """``pid`` is a live ``bot.dev.service serve`` process of ``state_dir``."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    if MODULE not in args or "serve" not in args or "--dir" not in args:
+        return False
+    where = args.index("--dir") + 1
+    if where >= len(args) or args[where] != str(state_dir.resolve()):
+        return False
+    return alive(pid)
+
+
+def running_pid(state_dir: Path) -> int | None:
+    """The pid of this folder's service if it is running, else ``None``."""
+    pid = read_pid(state_dir)
+    return pid if pid is not None and is_ours(pid, state_dir) else None
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
+
+
+def _terminate(pid: int) -> None:
+    """SIGTERM, a bounded wait, then SIGKILL; ``ServiceError`` if it still runs."""
+    for sig, timeout in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, KILL_TIMEOUT_S)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+        if _wait_gone(pid, timeout):
+            return
+    raise ServiceError(f"web: pid {pid} did not exit, even after SIGKILL")
+
+
+def _package_root() -> str:
+    """The folder holding the ``bot`` package this code runs from."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def child_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for ``python -m bot.dev.service``: this checkout's ``bot`` first."""
+    env = dict(os.environ if environ is None else environ)
+    paths = [_package_root(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def _spawn(state_dir: Path, port: int, healthy_for: float) -> subprocess.Popen[bytes]:
+    """A detached ``serve`` (its own session: it outlives a tool call's process group)."""
+    argv = [sys.executable, "-m", MODULE, "serve", "--port", str(port)]
+    argv += ["--dir", str(state_dir), "--healthy-for", repr(healthy_for)]
+    with open(state_dir / ERRFILE, "ab") as err:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=state_dir,
+            env=child_env(),
+            start_new_session=True,
+        )
+    _children[proc.pid] = (state_dir, proc)
+    return proc
+
+
+def _get(port: int, path: str, timeout: float) -> tuple[int, bytes]:
+    request = urllib.request.Request(f"http://{HOST}:{port}{path}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def fetch_metrics(port: int, timeout: float = 3.0) -> dict[str, Any]:
+    status, body = _get(port, "/metrics", timeout)
+    if status != 200:
+        raise ServiceError(f"web: /metrics answered HTTP {status}")
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise ServiceError("web: /metrics did not answer a JSON object")
+    return data
+
+
+def _wait_started(proc: subprocess.Popen[bytes], state_dir: Path, timeout: float) -> int:
+    """The new process's pid once its pidfile is written and ``/health`` answers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code = proc.poll()
+        if code is not None:
+            _children.pop(proc.pid, None)
+            raise ServiceError(f"web exited at start (exit {code}): {_err_tail(state_dir)}")
+        if read_pid(state_dir) == proc.pid:
+            try:
+                _get(service_port(state_dir), "/health", timeout=5.0)
+                return proc.pid
+            except (OSError, ServiceError):
+                pass
+        if time.monotonic() >= deadline:
+            _stop_pid(proc.pid)
+            raise ServiceError(f"web did not answer /health within {timeout:g} s")
+        time.sleep(POLL_S)
+
+
+def _stop_pid(pid: int) -> None:
+    """Stop one process this module started (used when it never came up)."""
+    if alive(pid):
+        _terminate(pid)
+
+
+def _err_tail(state_dir: Path) -> str:
+    try:
+        lines = (state_dir / ERRFILE).read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no output"
+    return lines[-1] if lines else "no output"
+
+
+def start_service(state_dir: Path, port: int, healthy_for: float = DEFAULT_HEALTHY_FOR_S) -> int:
+    """Start "web" on ``port`` (0: any free one, see ``service_port``); its pid once it
+    answers. A service left running in ``state_dir`` by an earlier run is stopped first."""
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    stop_service(state_dir)
+    return _wait_started(_spawn(state_dir, port, healthy_for), state_dir, START_TIMEOUT_S)
+
+
+def stop_service(state_dir: Path) -> None:
+    """Stop the service of ``state_dir`` (the pid in its pidfile, if it is ours) and any
+    process this module started for it; idempotent."""
+    state_dir = state_dir.resolve()
+    pid = running_pid(state_dir)
+    if pid is not None:
+        _terminate(pid)
+    if read_pid(state_dir) is not None and running_pid(state_dir) is None:
+        (state_dir / PIDFILE).unlink(missing_ok=True)  # stale: names nothing of ours
+    for child_pid, (folder, child) in list(_children.items()):
+        if folder == state_dir:
+            if alive(child_pid):
+                _terminate(child_pid)
+            child.wait(timeout=KILL_TIMEOUT_S)
+            _children.pop(child_pid, None)
+
+
+# -- the commands the demo tools run ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Restarted:
+    old_pid: int | None
+    new_pid: int
+    state: str
+
+
+def restart(state_dir: Path) -> Restarted:
+    """Replace the running process (if any) with a fresh one on the same port."""
+    state_dir = state_dir.resolve()
+    args = read_args(state_dir)
+    old = running_pid(state_dir)
+    if old is not None:
+        _terminate(old)
+    proc = _spawn(state_dir, args["port"], args["healthy_for"])
+    new = _wait_started(proc, state_dir, START_TIMEOUT_S)
+    try:
+        state = str(fetch_metrics(args["port"]).get("state", "unknown"))
+    except (OSError, ValueError, ServiceError):
+        state = "answering"
+    return Restarted(old_pid=old, new_pid=new, state=state)
+
+
+def _restart_command(state_dir: Path, approved_by: str) -> int:
+    done = restart(state_dir)
+    by = f" (approved by {approved_by})" if approved_by else ""
+    if done.old_pid is None:
+        print(f"web was not running: started pid {done.new_pid}, {done.state}{by}")
+    else:
+        print(f"restarted web: pid {done.old_pid} → {done.new_pid}, {done.state}{by}")
+    return 0
+
+
+def _status_command(state_dir: Path) -> int:
+    state_dir = state_dir.resolve()
+    pid = running_pid(state_dir)
+    if pid is None:
+        print("web: not running")
+        return 1
+    m = fetch_metrics(service_port(state_dir))
+    print(
+        f"web: pid {pid}, up {m['uptime_s']:.0f} s, {m['state']}, port {m['port']} "
+        f"(last minute: {m['error_rate'] * 100:.0f}% errors, p95 {m['p95_ms']:.0f} ms, "
+        f"cpu {m['cpu_percent']:.0f}%)"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {MODULE}", description='The demo service "web" of opsloop dev.'
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve_p = sub.add_parser("serve", help="run the service (in the foreground)")
+    serve_p.add_argument("--port", type=int, required=True)
+    serve_p.add_argument("--healthy-for", type=float, default=DEFAULT_HEALTHY_FOR_S)
+    restart_p = sub.add_parser("restart", help="replace the running process with a fresh one")
+    restart_p.add_argument("--approved-by", default="")
+    status_p = sub.add_parser("status", help="pid, uptime and state")
+    for p in (serve_p, restart_p, status_p):
+        p.add_argument("--dir", type=Path, required=True, help="the dev mode's state folder")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "serve":
+            return serve(port=args.port, state_dir=args.dir, healthy_for=args.healthy_for)
+        if args.command == "restart":
+            return _restart_command(args.dir, args.approved_by)
+        return _status_command(args.dir)
+    except (ServiceError, OSError) as exc:
+        print(f"web: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
