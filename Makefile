@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml scripts/system-deps
 setup: $(STAMP)
 
 run: setup
-	opsloop demo
+	opsloop dev
 
 test: setup
 	$(PYTHON) -m pytest

@@ -19,6 +19,18 @@ def main(argv: list[str] | None = None) -> int:
     choice.add_argument("--deny", action="store_true", help="deny the restart")
     sub.add_parser("serve", help="serve Slack's Events API over HTTP (POST /slack/events)")
     sub.add_parser("socket", help="the same app over Slack's Socket Mode (SLACK_APP_TOKEN)")
+    dev = sub.add_parser(
+        "dev", help="everything on this machine: a Slack-like page, managed Redis, demo model"
+    )
+    dev.add_argument("--port", type=int, default=3000, help="the page's port (default 3000)")
+    dev.add_argument("--dir", default=".opsloop/dev", help="state folder (default .opsloop/dev)")
+    dev.add_argument(
+        "--degrade-after",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help='when the demo service "web" starts to degrade (default 20)',
+    )
     from tools.cli import add_parser as add_tools_parser
 
     add_tools_parser(sub)
@@ -31,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         if approve is None and not sys.stdin.isatty():
             approve = True
         return asyncio.run(run_demo(approve=approve))
+    if args.command == "dev":
+        from pathlib import Path
+
+        from bot.dev.run import run_dev
+
+        return asyncio.run(run_dev(Path(args.dir).resolve(), args.port, args.degrade_after))
     if args.command in ("serve", "socket"):
         return _serve(socket=args.command == "socket")
     if args.command == "tools":

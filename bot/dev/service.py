@@ -47,6 +47,9 @@ HOST = "127.0.0.1"
 MODULE = "bot.dev.service"
 PIDFILE, ARGSFILE, LOGFILE, ERRFILE = "web.pid", "web.json", "web.log", "web.err"
 DEFAULT_HEALTHY_FOR_S = 20.0
+# A restarted process stays healthy at least this long, so the fix can be verified
+# (and seen on the page) even when the first one was told to degrade at once.
+RESTARTED_HEALTHY_FOR_S = 120.0
 
 DEGRADED_LATENCY_S = (1.5, 2.5)
 DEGRADED_ERROR_SHARE = 0.3
@@ -525,7 +528,8 @@ def restart(state_dir: Path) -> Restarted:
     old = running_pid(state_dir)
     if old is not None:
         _terminate(old)
-    proc = _spawn(state_dir, args["port"], args["healthy_for"])
+    healthy_for = max(args["healthy_for"], RESTARTED_HEALTHY_FOR_S)
+    proc = _spawn(state_dir, args["port"], healthy_for)
     new = _wait_started(proc, state_dir, START_TIMEOUT_S)
     try:
         state = str(fetch_metrics(args["port"]).get("state", "unknown"))

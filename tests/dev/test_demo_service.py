@@ -273,10 +273,9 @@ def test_the_tools_act_on_the_real_service(state_dir: Path) -> None:
     assert re.match(r"HTTP 200 OK in \d+ ms\nok", out)
     code, out = tool(path, "web_health", env={})  # loopback needs OPSLOOP_HTTP_ALLOW
     assert code == 1 and "refused" in out
-    # Now let it degrade soon, and stay healthy after the restart below.
-    set_healthy_for(state_dir, 0.5)
-    old = service.restart(state_dir).new_pid
-    set_healthy_for(state_dir, 60)
+    # Now a process that degrades soon; the restart below is healthy for minutes.
+    service.stop_service(state_dir)
+    old = service.start_service(state_dir, port, healthy_for=0.5)
     wait_degraded(port)
     code, out = tool(path, "web_metrics")
     assert code == 0, out
@@ -298,5 +297,6 @@ def test_the_tools_act_on_the_real_service(state_dir: Path) -> None:
     assert f"restarted web: pid {old} → {new}, " in out
     assert "(approved by U123)" in out
     assert not service.alive(old)
+    assert service.read_args(state_dir)["healthy_for"] >= service.RESTARTED_HEALTHY_FOR_S
     code, out = tool(path, "web_logs", "lines=3")
     assert code == 0 and len(out.strip().splitlines()) == 3

@@ -1,0 +1,238 @@
+"""``opsloop dev``: the whole bot on one machine, with a Slack-like page.
+
+Starts, in order, and stops in reverse on Ctrl-C (or when the bot process dies), each
+by the pid it started:
+
+1. Redis: ``REDIS_URL`` if set, else a managed ``redis-server`` child (AOF always) with
+   its data under the dev folder;
+2. the demo service "web" (``bot.dev.service``), which degrades on a timer, and a
+   tools.yml whose tools check it and restart it (``bot.dev.demo_tools``), unless
+   ``OPSLOOP_TOOLS`` names your own;
+3. the model: the configured ``LLM_*`` endpoint, else the scripted demo model
+   (``bot.dev.demo_model``) on a loopback port, labelled "demo model" on the page;
+4. the Slack emulator and its page (``bot.dev.emulator``), on ``--port`` (3000) or,
+   when that is taken, a free port (said so);
+5. ``opsloop serve`` as a child process on a free loopback port, pointed at the
+   emulator (``SLACK_API_URL``) with a fresh signing secret; the emulator delivers
+   events and clicks to it, signed, as Slack does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bot.errors import ConfigError
+
+DEFAULT_PAGE_PORT = 3000
+BOT_START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0
+
+# The people on the page's switcher: who asks, who may approve, who may not.
+USERS = (
+    ("UALICE", "alice", "requester"),
+    ("UBOB", "bob", "approver"),
+    ("UMALLORY", "mallory", "stranger"),
+)
+APPROVERS = "UBOB"
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def model_configured(environ: Mapping[str, str]) -> bool:
+    """Whether the user configured a model endpoint of their own."""
+    return bool(environ.get("LLM_MODEL") or environ.get("LLM_BASE_URL"))
+
+
+@dataclass
+class DevStack:
+    """Everything ``opsloop dev`` started, to be stopped in reverse."""
+
+    folder: Path
+    page_port: int = DEFAULT_PAGE_PORT
+    degrade_after_s: float = 20.0
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    say: Callable[[str], None] = print
+    _stops: list[Callable[[], object]] = field(default_factory=list)
+    bot: asyncio.subprocess.Process | None = None
+    page_url: str = ""
+
+    async def start(self) -> None:
+        from bot.dev.emulator import DevUser, Emulator
+        from bot.store.managed import ManagedRedis
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        env: dict[str, str] = {}
+
+        redis_url = self.environ.get("REDIS_URL")
+        if not redis_url:
+            managed = ManagedRedis(self.folder / "redis").start()  # ConfigError if missing
+            self._stops.append(managed.stop)
+            redis_url = managed.url
+        env["REDIS_URL"] = redis_url
+
+        if self.environ.get("OPSLOOP_TOOLS"):
+            env["OPSLOOP_TOOLS"] = self.environ["OPSLOOP_TOOLS"]
+        else:
+            from bot.dev.demo_tools import write_tools_file
+            from bot.dev.service import start_service, stop_service
+
+            service_port = free_port()
+            await asyncio.to_thread(start_service, self.folder, service_port, self.degrade_after_s)
+            self._stops.append(lambda: stop_service(self.folder))
+            env["OPSLOOP_TOOLS"] = str(write_tools_file(self.folder, port=service_port))
+            allow = self.environ.get("OPSLOOP_HTTP_ALLOW")
+            env["OPSLOOP_HTTP_ALLOW"] = f"{allow},127.0.0.1" if allow else "127.0.0.1"
+
+        label = "your model"
+        if not model_configured(self.environ):
+            from bot.dev.demo_model import demo_policy
+            from bot.llm.scripted import ScriptedServer
+
+            model = ScriptedServer(demo_policy())
+            await model.start()
+            self._stops.append(model.stop)
+            env.update(LLM_BASE_URL=model.base_url, LLM_MODEL="demo", LLM_API_KEY="demo")
+            label = "demo model"
+
+        port = self.page_port
+        if not port_free(port):
+            taken, port = port, free_port()
+            self.say(f"port {taken} is taken; the page uses {port} instead")
+        secret = secrets.token_hex(16)
+        emulator = Emulator(
+            signing_secret=secret,
+            users=[DevUser(id=i, name=n, role=r) for i, n, r in USERS],
+            model_label=label,
+            port=port,
+        )
+        await emulator.start()
+        self._stops.append(emulator.stop)
+        self.page_url = emulator.page_url
+
+        bot_port = free_port()
+        env.update(
+            SLACK_BOT_TOKEN="xoxb-opsloop-dev",
+            SLACK_SIGNING_SECRET=secret,
+            SLACK_API_URL=emulator.api_url,
+            HOST="127.0.0.1",
+            PORT=str(bot_port),
+        )
+        env.setdefault("OPSLOOP_APPROVERS", self.environ.get("OPSLOOP_APPROVERS") or APPROVERS)
+        child_env = {**self.environ, **env}
+        child_env.pop("SLACK_APP_TOKEN", None)
+        log = await asyncio.to_thread(open, self.folder / "bot.log", "ab")  # closed by its stop
+        self.bot = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            "serve",
+            env=child_env,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        bot = self.bot
+        self._stops.append(log.close)
+        self._stops.append(lambda: _terminate(bot))
+        await _wait_healthy(f"http://127.0.0.1:{bot_port}/healthz", bot, self.folder / "bot.log")
+        emulator.bot_url = f"http://127.0.0.1:{bot_port}/slack/events"
+
+    async def stop(self) -> None:
+        while self._stops:
+            stop = self._stops.pop()
+            try:
+                result = stop()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception as exc:  # keep stopping the rest
+                self.say(f"while stopping: {type(exc).__name__}: {exc}")
+
+
+async def _terminate(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the process group, then SIGKILL it if it does not exit in time."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+async def _wait_healthy(url: str, proc: asyncio.subprocess.Process, log: Path) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BOT_START_TIMEOUT_S
+    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
+        while loop.time() < deadline:
+            if proc.returncode is not None:
+                tail = (await asyncio.to_thread(log.read_text, errors="replace"))[-1500:]
+                raise ConfigError(f"the bot exited at start (code {proc.returncode}):\n{tail}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(url)).status_code == 200:
+                    return
+            await asyncio.sleep(0.1)
+    raise ConfigError(f"the bot did not become healthy within {BOT_START_TIMEOUT_S:g}s")
+
+
+async def run_dev(folder: Path, page_port: int, degrade_after_s: float = 20.0) -> int:
+    """Start everything, print the page's address, wait for Ctrl-C or the bot's exit."""
+    stack = DevStack(folder=folder, page_port=page_port, degrade_after_s=degrade_after_s)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    code = 0
+    try:
+        await stack.start()
+        print(f"opsloop dev: open {stack.page_url}  (Ctrl-C stops everything)", flush=True)
+        if not stack.environ.get("OPSLOOP_TOOLS"):
+            print(
+                f'opsloop dev: the demo service "web" degrades after {degrade_after_s:g}s;'
+                ' mention @opsloop on the page (e.g. "@opsloop web is slow, look into it")',
+                flush=True,
+            )
+        assert stack.bot is not None
+        bot_exit = asyncio.create_task(stack.bot.wait())
+        stop_wait = asyncio.create_task(stopping.wait())
+        await asyncio.wait({bot_exit, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if bot_exit.done():
+            print(
+                f"opsloop dev: the bot exited (code {stack.bot.returncode}); "
+                f"see {folder / 'bot.log'}. Stopping.",
+                file=sys.stderr,
+            )
+            code = 1
+        stop_wait.cancel()
+    except ConfigError as exc:
+        print(f"opsloop dev: {exc}", file=sys.stderr)
+        code = 2
+    finally:
+        await stack.stop()
+    return code
