@@ -58,6 +58,8 @@ REFUSED_EARLY = "this approval has not expired yet"
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
 _MUTABLE = frozenset({"status", "card_ts", "decided_by", "decided_at"})
 _INDEX_SEP = "|"  # job ids contain ':' but never '|'
+POSTING = "posting:"  # card_ts while a process posts the card (claim_card)
+CARD_CLAIM_S = 30.0
 
 
 class ApprovalRecord(BaseModel):
@@ -142,6 +144,21 @@ table.insert(out, 1, verdict)
 return out
 """
 
+# KEYS[1] approval hash. ARGV: marker ("posting:<epoch>"), now, stale after (s).
+# Returns 1 if the caller may post the card now: no card yet and nobody posting it, or a
+# poster that went quiet for longer than ``stale after`` (it died between claim and post).
+_CLAIM_CARD = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'pending' then return 0 end
+local card = redis.call('HGET', KEYS[1], 'card_ts')
+if card then
+  if string.sub(card, 1, 8) ~= 'posting:' then return 0 end
+  if tonumber(ARGV[2]) - tonumber(string.sub(card, 9)) < tonumber(ARGV[3]) then return 0 end
+end
+redis.call('HSET', KEYS[1], 'card_ts', ARGV[1])
+return 1
+"""
+
 # KEYS[1] approval hash. ARGV: card ts. Returns 1 if the record exists.
 _SET_CARD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -157,11 +174,13 @@ def _pairs(flat: list[str]) -> dict[str, str]:
 
 
 def _from_hash(fields: dict[str, str]) -> ApprovalRecord:
-    """The record from its hash: ``data`` plus the fields that change."""
+    """The record from its hash: ``data`` plus the fields that change. A card being
+    posted (a claim, not yet a message ts) reads as no card."""
     try:
         data = json.loads(fields["data"])
         data["status"] = fields["status"]
-        data["card_ts"] = fields.get("card_ts") or None
+        card = fields.get("card_ts") or None
+        data["card_ts"] = None if card is not None and card.startswith(POSTING) else card
         data["decided_by"] = fields.get("decided_by") or None
         raw_at = fields.get("decided_at")
         data["decided_at"] = float(raw_at) if raw_at else None
@@ -201,6 +220,7 @@ class Approvals:
         self._create = redis.register_script(_CREATE)
         self._decide = redis.register_script(_DECIDE)
         self._set_card = redis.register_script(_SET_CARD)
+        self._claim_card = redis.register_script(_CLAIM_CARD)
 
     async def create(self, record: ApprovalRecord) -> ApprovalRecord:
         """Store a pending approval, unless one exists for the call; return the stored one.
@@ -234,6 +254,19 @@ class Approvals:
         async with translated("approval get"):
             fields = await self._redis.hgetall(self._keys.approval(job_id, call_id))
         return _from_hash({str(k): str(v) for k, v in fields.items()}) if fields else None
+
+    async def claim_card(
+        self, job_id: str, call_id: str, *, now: float, stale_after_s: float = CARD_CLAIM_S
+    ) -> bool:
+        """Whether the caller should post the card of this pending approval now; at most
+        one caller at a time (a claim older than ``stale_after_s`` with no card is taken
+        over: its poster died). The caller then posts and calls ``set_card``."""
+        async with translated("approval claim card"):
+            won = await self._claim_card(
+                keys=[self._keys.approval(job_id, call_id)],
+                args=[f"{POSTING}{now!r}", repr(now), stale_after_s],
+            )
+        return bool(won)
 
     async def set_card(self, job_id: str, call_id: str, ts: str) -> bool:
         """Remember the card's message ts; ``False`` if there is no such approval."""

@@ -227,11 +227,21 @@ class Turns:
         """The job is saved as awaiting approval and its lease released: show the card."""
         if result.approval is None or self.on_paused is None:
             return
+        await self.post_card(job_id, result.approval.call_id)
+
+    async def post_card(self, job_id: str, call_id: str) -> bool:
+        """Post the card of a pending approval unless it is in the thread or someone is
+        posting it (see ``Approvals.claim_card``); whether this call posted it."""
+        if self.on_paused is None:
+            return False
+        if not await self.approvals.claim_card(job_id, call_id, now=time.time()):
+            return False  # already posted (e.g. a re-ask after a crash), or being posted
         record = await self.jobs.get(job_id)
-        approval = await self.approvals.get(job_id, result.approval.call_id)
-        if record is None or approval is None or approval.card_ts is not None:
-            return  # no record, or the card is already in the thread (a re-ask)
+        approval = await self.approvals.get(job_id, call_id)
+        if record is None or approval is None:
+            return False
         await self.on_paused(record, approval)
+        return True
 
     # -- Stop and Continue ---------------------------------------------------------
 

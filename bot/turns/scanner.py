@@ -9,7 +9,8 @@ process-wide index (``Jobs.due``) and at approvals past their expiry
   lease held elsewhere: look again just after that lease would expire (a timer, so a
   crashed process's job is taken over within the lease's 15 s, not 15 s + a scan).
 - ``awaiting_approval`` whose approval was decided but never resumed (the deciding
-  process died): resume it.
+  process died): resume it; still pending but its card never reached the thread (the
+  pausing process died before posting it, or Slack failed): post the card.
 - an approval past its expiry: decide it ``expired`` (atomic; a click that won first
   stands), edit its card, and resume its job, whose model then reads
   ``Error: declined: approval expired``.
@@ -26,6 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from bot.agent.state import PendingBatch
 from bot.errors import StoreError
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobStatus
@@ -115,7 +117,22 @@ class Scanner:
             case JobStatus.AWAITING_APPROVAL:
                 if await turns.decision(record) is not None:
                     self.schedule(job_id)
+                else:
+                    await self._card_posted(record.progress.pending, job_id)
                 await turns.jobs.index(job_id, now + AWAITING_RECHECK_S)
+
+    async def _card_posted(self, pending: PendingBatch | None, job_id: str) -> None:
+        """A paused job whose card never reached the thread (its process died between
+        saving the pause and posting the card, or Slack failed): post it now."""
+        if pending is None or pending.approval is None:
+            return
+        try:
+            if await self.turns.post_card(job_id, pending.approval.call_id):
+                log.info("posted the missing approval card of %s", job_id)
+        except StoreError:
+            raise
+        except Exception:
+            log.warning("could not post the approval card of %s", job_id, exc_info=True)
 
     def _later(self, job_id: str, delay: float) -> None:
         """Try the job again when its current lease would have expired."""

@@ -374,3 +374,18 @@ def test_other_outcomes_become_the_cores_denied(
 def test_a_pending_approval_is_no_decision(thread: Thread) -> None:
     with pytest.raises(ValueError):
         to_decision(pending(thread))
+
+
+async def test_one_poster_at_a_time_claims_a_card_and_a_dead_ones_claim_expires(
+    approvals: Approvals, thread: Thread
+) -> None:
+    record = await approvals.create(pending(thread))
+    now = record.requested_at
+
+    assert await approvals.claim_card(record.job_id, record.call_id, now=now)
+    assert not await approvals.claim_card(record.job_id, record.call_id, now=now + 1)
+    stored = await approvals.get(record.job_id, record.call_id)
+    assert stored is not None and stored.card_ts is None  # a claim is not a card
+    assert await approvals.claim_card(record.job_id, record.call_id, now=now + 31)
+    await approvals.set_card(record.job_id, record.call_id, "1700000000.000500")
+    assert not await approvals.claim_card(record.job_id, record.call_id, now=now + 999)

@@ -203,3 +203,46 @@ async def test_the_scanner_resumes_a_running_job_whose_lease_is_gone(
     assert scheduled == [job_id]
     result = await turns.run_job(job_id)
     assert result is not None and result.output == "all good"
+
+
+async def test_the_scanner_posts_a_card_that_never_reached_the_thread(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    model = ScriptedModel([calls(call("restart", "c1", host="web-03"))])
+    turns, cards = make_turns(redis, keys, model)
+    fail = [True]
+    real_on_paused = turns.on_paused
+    assert real_on_paused is not None
+
+    async def flaky(record: object, approval: ApprovalRecord) -> None:
+        if fail[0]:
+            raise RuntimeError("slack is down")
+        await real_on_paused(record, approval)  # type: ignore[arg-type]
+
+    turns.on_paused = flaky  # type: ignore[assignment]
+    job_id = await start(turns, thread)
+    try:
+        await turns.run_job(job_id)
+    except RuntimeError:
+        pass  # the pause is saved; only the card is missing
+    stored = await turns.jobs.get(job_id)
+    assert stored is not None and stored.status is JobStatus.AWAITING_APPROVAL and cards == []
+
+    fail[0] = False
+
+    async def on_expired(approval: ApprovalRecord) -> None:
+        raise AssertionError("not expired")
+
+    scanner = Scanner(turns, schedule=lambda _: None, on_expired=on_expired)
+    await scanner.scan()
+    assert cards == []  # a poster claimed it moments ago: not yet taken over
+    await redis.hset(
+        keys.approval(job_id, "c1"), "card_ts", f"posting:{time.time() - 60!r}"
+    )  # the claim of a poster that died a minute ago
+    await turns.jobs.index(job_id, time.time())
+    await scanner.scan()
+    assert len(cards) == 1 and cards[0].call_id == "c1"
+    await turns.approvals.set_card(job_id, "c1", "1700000000.000900")
+    await turns.jobs.index(job_id, time.time())
+    await scanner.scan()
+    assert len(cards) == 1  # posted once
