@@ -31,9 +31,7 @@ async def mention(page: Any, text: str) -> None:
         '[data-testid="channel-messages"] [data-testid="message"]', has_text=text[9:]
     )
     await posted.first.wait_for(timeout=TIMEOUT_MS)
-    if not await page.locator(f"{THREAD}:not([hidden])").count():
-        await posted.first.click()  # the page opens a new message's thread; if not, we do
-    await page.wait_for_selector(f"{THREAD}:not([hidden])", timeout=TIMEOUT_MS)
+    await page.wait_for_selector(f"{THREAD}:not([hidden])", timeout=TIMEOUT_MS)  # opens itself
 
 
 def bot_text(page: Any, text: str) -> str:

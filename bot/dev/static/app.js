@@ -679,7 +679,9 @@
 
     var pane = $("thread");
     var threadTs = app.openThread;
-    if (threadTs && !app.messages.has(threadTs)) threadTs = app.openThread = null;
+    // A thread whose parent is not here (yet: the post's answer can beat its stream
+    // event) stays chosen and opens once the message arrives.
+    if (threadTs && !app.messages.has(threadTs)) threadTs = null;
     pane.hidden = !threadTs;
     document.body.classList.toggle("with-thread", !!threadTs);
     if (threadTs) {
