@@ -298,7 +298,9 @@ async def test_restart_reports_a_program_that_does_not_come_back(tmp_path: Path)
             marker.touch()
             time.sleep(3600)
             """,
-        options={"startsecs": "1"},
+        # An exit within 3 s is "too quickly" even on a loaded machine (with 1 s, a slow
+        # interpreter start counted as started, then EXITED); no retries: FATAL at once.
+        options={"startsecs": "3", "startretries": "0"},
         settles_as="RUNNING",
     )
     with ManagedSupervisor(tmp_path / "f", (flaky,)) as sup:
