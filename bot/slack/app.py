@@ -41,25 +41,21 @@ from bot.llm.condense import ModelCondenser
 from bot.llm.http import make_http_client
 from bot.prompts import load_system_prompt
 from bot.settings import BotSettings, LLMSettings, ToolSettings
+from bot.slack.actions import Interactions
 from bot.slack.blocks import (
     ACTION_APPROVE,
     ACTION_CONTINUE,
     ACTION_DENY,
     ACTION_STOP,
-    approval_card,
-    decided_card,
-    ending_message,
 )
 from bot.slack.policy import ApproverPolicy
 from bot.slack.progress import JobProgress, budget_sender
 from bot.slack.updates import UpdateBudget
-from bot.store.approvals import REFUSED_EXPIRED, REFUSED_STALE, ApprovalRecord, refusal_text
 from bot.store.connection import connect, durability, translated
 from bot.store.history import holds_conversation
 from bot.store.inject import InjectQueue
-from bot.store.jobs import JobLimits, JobRecord, JobStatus
+from bot.store.jobs import JobLimits, JobRecord
 from bot.store.keys import Keys, Thread
-from bot.store.ledger import LedgerRecord
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import Scanner
 from tools.registry import catalog_from_settings
@@ -209,13 +205,22 @@ class SlackBot:
             ),
             on_visible_ack=self._eyes,
             progress=self._open_progress,
-            on_paused=self._post_card,
-            on_unknown_outcome=self._tell_unknown,
         )
-        self.policy = ApproverPolicy(
-            settings.approver_ids, self.client, bot_user=lambda: self.bot_user
+        self.actions = Interactions(
+            client=self.client,
+            budget=self.budget,
+            turns=self.turns,
+            policy=ApproverPolicy(
+                settings.approver_ids, self.client, bot_user=lambda: self.bot_user
+            ),
+            schedule=self._schedule,
+            background=self._background,
         )
-        self.scanner = Scanner(self.turns, schedule=self._schedule, on_expired=self._card_expired)
+        self.turns.on_paused = self.actions.post_card
+        self.turns.on_unknown_outcome = self.actions.tell_unknown
+        self.scanner = Scanner(
+            self.turns, schedule=self._schedule, on_expired=self.actions.card_expired
+        )
         self.app = AsyncApp(
             client=self.client,
             signing_secret=settings.slack_signing_secret,
@@ -224,10 +229,10 @@ class SlackBot:
         )
         self.app.event("app_mention")(self._on_mention)
         self.app.event("message")(self._on_message)
-        self.app.action(ACTION_APPROVE)(self._on_approve)
-        self.app.action(ACTION_DENY)(self._on_deny)
-        self.app.action(ACTION_STOP)(self._on_stop)
-        self.app.action(ACTION_CONTINUE)(self._on_continue)
+        self.app.action(ACTION_APPROVE)(self.actions.on_approve)
+        self.app.action(ACTION_DENY)(self.actions.on_deny)
+        self.app.action(ACTION_STOP)(self.actions.on_stop)
+        self.app.action(ACTION_CONTINUE)(self.actions.on_continue)
         self._background(self.scanner.run(), "scanner")
         self._background(self.turns.listen_for_stops(), "stop signals")
         self._background(self._watch_loop(), "loop lag")
@@ -392,175 +397,6 @@ class SlackBot:
         except Exception:
             log.warning("no status message for job %s", record.id, exc_info=True)
         return _Reporter(progress, self.metrics)
-
-    # -- cards, Stop, Continue ------------------------------------------------------
-
-    async def _post_card(self, record: JobRecord, approval: ApprovalRecord) -> None:
-        """Post the approval card of a paused job (cards go before progress updates)."""
-        card = approval_card(approval)
-        reply = await self.client.chat_postMessage(
-            channel=record.channel, thread_ts=record.thread_ts, text=card.text, blocks=card.blocks
-        )
-        await self.turns.approvals.set_card(approval.job_id, approval.call_id, str(reply["ts"]))
-
-    def _edit_card(self, approval: ApprovalRecord) -> None:
-        if approval.card_ts is None or approval.status == "pending":
-            return
-        at = approval.decided_at or time.time()
-        message = decided_card(approval, approval.status, approval.decided_by, at)
-        self.budget.submit(approval.channel, approval.card_ts, message, urgent=True)
-
-    async def _card_expired(self, approval: ApprovalRecord) -> None:
-        self._edit_card(approval)
-
-    async def _tell_unknown(self, record: JobRecord, entries: Sequence[LedgerRecord]) -> None:
-        names = ", ".join(sorted({f"`{e.tool}`" for e in entries if e.tool})) or "a change"
-        text = (
-            f":warning: {names} was started before an interruption and its outcome is "
-            "unknown. It will not be run again automatically: verify before retrying."
-        )
-        await self.client.chat_postMessage(
-            channel=record.channel, thread_ts=record.thread_ts, text=text
-        )
-
-    async def _tell(self, body: dict[str, Any], text: str) -> None:
-        """An ephemeral note to the clicker (best effort)."""
-        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
-            "channel_id"
-        )
-        user = (body.get("user") or {}).get("id")
-        thread_ts = (body.get("message") or {}).get("thread_ts")
-        if not (channel and user):
-            return
-        try:
-            await self.client.chat_postEphemeral(
-                channel=channel, user=user, text=text, thread_ts=thread_ts
-            )
-        except Exception:
-            log.info("could not tell %s: %s", user, text, exc_info=True)
-
-    def _later(self, coro: Any, name: str) -> None:
-        """Slack calls after the click was recorded: off the ack path."""
-        self._background(coro, name)
-
-    async def _on_approve(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await ack()
-        await self._decide(body, action, "approved")
-
-    async def _on_deny(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await ack()
-        await self._decide(body, action, "denied")
-
-    async def _decide(self, body: dict[str, Any], action: dict[str, Any], outcome: Any) -> None:
-        user = str((body.get("user") or {}).get("id") or "")
-        job_id, _, call_id = str(action.get("value") or "").partition("|")
-        message_ts = str((body.get("container") or {}).get("message_ts") or "")
-        try:
-            refusal = await self._check_decision(user, job_id, call_id, message_ts)
-            result = None
-            if refusal is None:
-                result = await self.turns.approvals.decide(
-                    job_id, call_id, outcome=outcome, by=user, args_hash=None, now=time.time()
-                )
-                if result is None:
-                    refusal = "this card is no longer valid"
-                elif not result.won:
-                    refusal = result.refusal or "this approval was already decided"
-        except StoreError:
-            log.warning("could not record a decision", exc_info=True)
-            refusal = "the decision could not be recorded (storage unavailable); try again"
-        if refusal is not None or result is None:
-            self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
-            return
-        self._edit_card(result.record)
-        self._schedule(job_id)
-
-    async def _check_decision(
-        self, user: str, job_id: str, call_id: str, message_ts: str
-    ) -> str | None:
-        """Why ``user`` may not decide this card now, or ``None``. The button's value
-        only names the approval; everything else is looked up here."""
-        approval = await self.turns.approvals.get(job_id, call_id) if job_id else None
-        if approval is None:
-            return "this card is no longer valid"
-        if approval.card_ts and message_ts and message_ts != approval.card_ts:
-            return "this card is out of date"
-        if approval.status != "pending":
-            return refusal_text(approval)
-        if time.time() >= approval.expires_at:
-            return REFUSED_EXPIRED
-        record = await self.turns.jobs.get(job_id)
-        pending = record.progress.pending if record is not None else None
-        current = pending.approval if pending is not None else None
-        if (
-            record is None
-            or record.status is not JobStatus.AWAITING_APPROVAL
-            or current is None
-            or current.call_id != call_id
-            or current.args_hash != approval.args_hash
-        ):
-            return REFUSED_STALE
-        return await self.policy.may_decide(
-            user, requester=approval.requester, destructive=approval.category == "destructive"
-        )
-
-    async def _on_stop(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await ack()
-        user = str((body.get("user") or {}).get("id") or "")
-        job_id = str(action.get("value") or "")
-        record = await self.turns.jobs.get(job_id) if job_id else None
-        if record is None:
-            self._later(self._tell(body, "Nothing changed: this job no longer exists."), "eph")
-            return
-        refusal = await self.policy.may_steer(user, requester=record.requester)
-        if refusal is not None:
-            self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
-            return
-        outcome = await self.turns.stop(job_id, user)
-        if outcome.kind == "ended":
-            self._later(self._tell(body, "Nothing changed: this job has already ended."), "eph")
-        elif outcome.kind == "cancelled" and outcome.record is not None:
-            # Nobody was running it: show the ending here.
-            if outcome.approval is not None:
-                self._edit_card(outcome.approval)
-            self._show_ending(outcome.record, by=user)
-
-    def _show_ending(self, record: JobRecord, *, by: str | None) -> None:
-        status_ts = record.meta.get("status_ts")
-        if not status_ts:
-            return
-        state = record.progress
-        message = ending_message(
-            StopReason.CANCELLED,
-            job_id=record.id,
-            iterations=state.iterations,
-            max_iterations=record.limits.max_iterations,
-            tokens=state.usage.paid,
-            token_budget=record.limits.token_budget,
-            tools_run=state.tool_executions,
-            by=by,
-        )
-        self.budget.submit(record.channel, status_ts, message, urgent=True)
-
-    async def _on_continue(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await ack()
-        user = str((body.get("user") or {}).get("id") or "")
-        job_id = str(action.get("value") or "")
-        record = await self.turns.jobs.get(job_id) if job_id else None
-        if record is None:
-            self._later(self._tell(body, "Nothing changed: this job no longer exists."), "eph")
-            return
-        refusal = await self.policy.may_steer(user, requester=record.requester)
-        if refusal is not None:
-            self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
-            return
-        raised = await self.turns.raise_limit(job_id, user)
-        if isinstance(raised, str):
-            self._later(self._tell(body, f"Nothing changed: {raised}."), "ephemeral")
-            return
-        last = raised.raises[-1]
-        log.info("job %s: %s raised the %s limit by %g", job_id, user, last.limit, last.amount)
-        self._schedule(job_id)
 
     async def _eyes(self, thread: Thread, items: Sequence[Injected]) -> None:
         for item in items:

@@ -369,7 +369,9 @@ def answer_messages(markdown: str) -> list[Message]:
     carry = ""  # a whitespace-only chunk's text, joined to a neighbour
     for source, rendered in split_markdown(markdown):
         body = rendered.strip("\n")
-        if not body.strip():
+        # A piece with no text of its own (whitespace, its block at most the fence lines
+        # that reopen and close a split code block) joins a neighbour's text.
+        if not body.strip() or not source.strip():
             if messages:
                 last = messages[-1]
                 room = MAX_TEXT - len(last.text)
