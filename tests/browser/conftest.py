@@ -152,7 +152,10 @@ def screenshot_path(name: str) -> Path:
 
 
 def copy_to_docs(name: str) -> None:
-    """Keep the README's screenshots in step with the page (docs/screenshots)."""
+    """Refresh the README's screenshots (docs/screenshots) from this run, when asked with
+    OPSLOOP_UPDATE_SCREENSHOTS=1 (a test run must not change tracked files by itself)."""
+    if os.environ.get("OPSLOOP_UPDATE_SCREENSHOTS") != "1":
+        return
     target = ROOT / "docs" / "screenshots"
     target.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(screenshot_path(name), target / f"{name}.png")
