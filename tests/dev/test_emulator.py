@@ -31,6 +31,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 import bot.dev.emulator as emulator_module
+import bot.dev.page as page_module
 from bot.dev.emulator import (
     ACK_TIMEOUT_S,
     MAX_RETRIES,
@@ -780,7 +781,7 @@ async def test_old_messages_are_dropped_and_the_page_is_told(
 async def test_a_stream_client_that_falls_behind_is_dropped(
     emu: Emulator, open_stream: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(emulator_module, "STREAM_QUEUE", 2)
+    monkeypatch.setattr(page_module, "STREAM_QUEUE", 2)
     stream, _ = await open_stream()
     # Five changes before the stream's writer gets a turn: its queue of two overflows.
     emu.bot_url = None
@@ -796,7 +797,7 @@ async def test_a_stream_client_that_falls_behind_is_dropped(
 async def test_stream_clients_are_bounded(
     emu: Emulator, open_stream: Any, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(emulator_module, "MAX_STREAM_CLIENTS", 1)
+    monkeypatch.setattr(page_module, "MAX_STREAM_CLIENTS", 1)
     await open_stream()
     async with http.get(emu.page_url + "ui/stream") as response:
         assert response.status == 503

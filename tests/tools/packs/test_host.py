@@ -20,7 +20,7 @@ import pytest
 from bot.agent import CallContext
 from bot.agent.tools import Tool
 from bot.errors import ConfigError, ToolError
-from tools.packs import PackConfig, load_packs
+from tools.packs import PackConfig, host_logs, host_proc, load_packs
 from tools.packs import host as host_pack
 from tools.packs.host import (
     TAIL_MAX_BYTES,
@@ -258,7 +258,7 @@ async def test_host_disk_parses_mounts_skips_pseudo_and_shadowed_and_reports_err
         "/dev/sdz4 /shadowed ext4 rw 0 0\n"
         "tmpfs /shadowed tmpfs rw 0 0\n"  # mounted over: the visible one is tmpfs
     )
-    monkeypatch.setattr(host_pack, "PROC", str(proc))
+    monkeypatch.setattr(host_proc, "PROC", str(proc))
     text = await host_pack.host_disk_text()
     rows = {line.split()[0]: line for line in text.splitlines()[1:]}
     assert rows["/"].endswith("ext4 /dev/sdz1")
@@ -275,7 +275,7 @@ async def test_host_disk_shows_a_mount_point_with_a_space(
     spaced.mkdir()
     escaped = str(spaced).replace(" ", "\\040")
     (proc / "self" / "mounts").write_text(f"/dev/sdz2 {escaped} xfs rw 0 0\n")
-    monkeypatch.setattr(host_pack, "PROC", str(proc))
+    monkeypatch.setattr(host_proc, "PROC", str(proc))
     text = await host_pack.host_disk_text()
     assert text.splitlines()[1].startswith(f"{spaced}  ")
     assert text.splitlines()[1].endswith("xfs /dev/sdz2")
@@ -388,7 +388,7 @@ async def test_tail_of_a_short_file_and_of_one_without_final_newline(
 async def test_tail_is_exact_across_block_boundaries(
     logs: Path, tail: Tool, monkeypatch: pytest.MonkeyPatch, want: int, block: int
 ) -> None:
-    monkeypatch.setattr(host_pack, "TAIL_BLOCK", block)
+    monkeypatch.setattr(host_logs, "TAIL_BLOCK", block)
     rng = random.Random(want * block)
     lines = [f"{i}:" + "x" * rng.randrange(0, 380) for i in range(3000)]  # ~570 KiB
     (logs / "mixed.log").write_text("\n".join(lines) + "\n")
@@ -433,7 +433,7 @@ async def test_tail_of_one_endless_line_is_bounded(logs: Path, tail: Tool) -> No
 async def test_tail_past_the_byte_bound_marks_the_first_line_a_fragment(
     logs: Path, tail: Tool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(host_pack, "TAIL_MAX_BYTES", 1050)
+    monkeypatch.setattr(host_logs, "TAIL_MAX_BYTES", 1050)
     (logs / "app.log").write_text("".join(f"{i:03d} " + "z" * 95 + "\n" for i in range(100)))
     text = await call(tail, path="app.log", lines=50)
     got = body_lines(text)

@@ -1,0 +1,288 @@
+"""Slack's direction towards the bot: Events API and ``block_actions`` payloads, signed, sent.
+
+This module owns what the emulator sends the bot and how, not when (``bot.dev.emulator``
+decides that):
+
+**Events** go out as Slack sends them: an ``event_callback`` JSON envelope (:func:`envelope`
+around a :func:`human_event`), signed v0 with the signing secret (``X-Slack-Request-Timestamp``,
+``X-Slack-Signature``: :func:`sign`). The bot has :data:`ACK_TIMEOUT_S` (3 s) to answer 2xx; a
+timeout, a connection failure or any other status is retried by :func:`deliver_event` up to
+:data:`MAX_RETRIES` times with ``X-Slack-Retry-Num`` (1..3) and ``X-Slack-Retry-Reason``
+(``http_timeout``, ``connection_failed`` or ``http_error``), the same ``event_id`` and a fresh
+signature; an answer carrying ``X-Slack-No-Retry: 1`` stops the retries. Slack waits about a
+minute and then five minutes between retries; the emulator waits :data:`RETRY_DELAYS_S` (1 s,
+2 s, 4 s) so local development does not stall.
+
+**Clicks** go out as ``block_actions`` (:func:`block_actions`, :func:`form_body`): form-encoded
+``payload=<json>``, signed, with the clicker, the clicked message as it is now, the button
+(``action_id``, ``block_id``, ``value``, ``text``: :func:`find_button`) and a ``response_url``.
+Slack does not retry interactivity requests, nor does the emulator.
+
+Every attempt, event or click, is one :class:`Delivery`; :func:`post_signed` makes it and
+turns every failure into a status (:data:`NO_ANSWER`) and a reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlencode
+
+import aiohttp
+
+from bot.slack.fake import BOT_USER_ID, TEAM_ID, Message
+
+APP_ID = "A0OPSLOOP"
+TEAM_DOMAIN = "opsloop-dev"
+VERIFICATION_TOKEN = "dev-verification-token"  # the deprecated body token Slack still sends
+USER_AGENT = "Slackbot 1.0 (+https://api.slack.com/robots)"
+
+ACK_TIMEOUT_S = 3.0
+MAX_RETRIES = 3
+RETRY_DELAYS_S: tuple[float, ...] = (1.0, 2.0, 4.0)  # Slack: ~immediately, 1 min, 5 min
+NO_ANSWER = 0  # the status recorded (and returned by click_as) when the bot did not answer
+MAX_ANSWER_BYTES = 64 * 1024  # of the bot's answer to an event, read and discarded
+
+# (status, failure reason, X-Slack-No-Retry) of one POST to the bot
+Sent = tuple[int, str | None, bool]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One attempt at sending the bot an event or a click."""
+
+    kind: Literal["event", "click"]
+    type: str  # "app_mention", "message" or "block_actions"
+    event_id: str | None  # events only; the same across retries
+    ts: str  # the message the event is about, or the clicked one
+    attempt: int  # 0 for the first, then the X-Slack-Retry-Num sent
+    status: int  # the bot's HTTP status, NO_ANSWER without one
+    reason: str | None  # why it failed: http_timeout, connection_failed, http_error
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+def sign(body: bytes, secret: str, timestamp: int) -> dict[str, str]:
+    """Slack's v0 signature headers: HMAC-SHA256 of ``v0:{timestamp}:{body}``."""
+    base = b"v0:" + str(timestamp).encode() + b":" + body
+    digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": str(timestamp), "X-Slack-Signature": f"v0={digest}"}
+
+
+def new_event_id() -> str:
+    return "Ev" + uuid.uuid4().hex[:10].upper()
+
+
+# ---- payloads -------------------------------------------------------------------------------
+
+
+def human_event(message: Message, parent: Message | None) -> dict[str, Any]:
+    """The ``message`` event of a person's post (in the thread of ``parent``, if given)."""
+    event: dict[str, Any] = {
+        "type": "message",
+        "user": message.user,
+        "text": message.text,
+        "ts": message.ts,
+        "channel": message.channel,
+        "event_ts": message.ts,
+        "channel_type": "channel",
+        "team": TEAM_ID,
+        "client_msg_id": str(uuid.uuid4()),
+        "blocks": message.blocks,
+    }
+    if parent is not None:
+        event["thread_ts"] = parent.ts
+        event["parent_user_id"] = parent.user
+    return event
+
+
+def envelope(event: Mapping[str, Any], event_id: str) -> dict[str, Any]:
+    """The ``event_callback`` envelope Slack wraps an event in."""
+    return {
+        "token": VERIFICATION_TOKEN,
+        "team_id": TEAM_ID,
+        "api_app_id": APP_ID,
+        "event": dict(event),
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()),
+        "authorizations": [
+            {
+                "enterprise_id": None,
+                "team_id": TEAM_ID,
+                "user_id": BOT_USER_ID,
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+        "is_ext_shared_channel": False,
+        "event_context": "4-" + uuid.uuid4().hex,
+    }
+
+
+def find_button(
+    blocks: Sequence[Mapping[str, Any]] | None, action_id: str, value: str
+) -> tuple[str, Mapping[str, Any]] | None:
+    """The button with ``action_id`` and ``value`` in ``blocks``, with its block's id."""
+    for index, block in enumerate(blocks or ()):
+        elements = list(block.get("elements") or []) if block.get("type") == "actions" else []
+        if isinstance(block.get("accessory"), Mapping):
+            elements.append(block["accessory"])
+        for element in elements:
+            if not isinstance(element, Mapping) or element.get("type") != "button":
+                continue
+            if element.get("action_id") == action_id and str(element.get("value", "")) == value:
+                block_id = (
+                    block.get("block_id")
+                    or hashlib.sha1(f"{index}".encode(), usedforsecurity=False).hexdigest()[:5]
+                )
+                return str(block_id), element
+    return None
+
+
+def block_actions(
+    *,
+    user_id: str,
+    user_name: str,
+    channel: str,
+    channel_name: str,
+    message: Message,
+    block_id: str,
+    button: Mapping[str, Any],
+    action_id: str,
+    value: str,
+    response_url: str,
+) -> dict[str, Any]:
+    """The ``block_actions`` payload of a click on ``button`` of ``message``."""
+    container: dict[str, Any] = {
+        "type": "message",
+        "message_ts": message.ts,
+        "channel_id": channel,
+        "is_ephemeral": False,
+    }
+    if message.thread_ts:
+        container["thread_ts"] = message.thread_ts
+    action: dict[str, Any] = {
+        "type": "button",
+        "action_id": action_id,
+        "block_id": block_id,
+        "text": dict(button.get("text") or {"type": "plain_text", "text": ""}),
+        "value": value,
+        "action_ts": f"{time.time():.6f}",
+    }
+    if button.get("style"):
+        action["style"] = button["style"]
+    return {
+        "type": "block_actions",
+        "user": {"id": user_id, "username": user_name, "name": user_name, "team_id": TEAM_ID},
+        "api_app_id": APP_ID,
+        "token": VERIFICATION_TOKEN,
+        "container": container,
+        "trigger_id": f"{int(time.time())}.{secrets.randbelow(10**12)}.{uuid.uuid4().hex}",
+        "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "channel": {"id": channel, "name": channel_name},
+        "message": message.as_slack(),
+        "state": {"values": {}},
+        "response_url": response_url,
+        "actions": [action],
+    }
+
+
+def form_body(payload: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
+    """An interactivity request's body (``payload=<json>``, form-encoded) and headers."""
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    return body, {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+# ---- sending --------------------------------------------------------------------------------
+
+
+async def post_signed(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    secret: str,
+    ack_timeout: float,
+) -> Sent:
+    """POST to the bot, signed now: (status, failure reason, X-Slack-No-Retry)."""
+    signed = {**headers, **sign(body, secret, int(time.time()))}
+    try:
+        async with asyncio.timeout(ack_timeout):
+            async with session.post(
+                url, data=body, headers=signed, allow_redirects=False
+            ) as response:
+                await response.content.read(MAX_ANSWER_BYTES)
+                no_retry = response.headers.get("X-Slack-No-Retry") == "1"
+                ok = 200 <= response.status < 300
+                return response.status, None if ok else "http_error", no_retry
+    except TimeoutError:
+        return NO_ANSWER, "http_timeout", False
+    except aiohttp.ClientConnectorError:
+        return NO_ANSWER, "connection_failed", False
+    except (aiohttp.ClientError, OSError):
+        return NO_ANSWER, "http_error", False
+
+
+async def deliver_event(
+    event: Mapping[str, Any],
+    *,
+    send: Callable[[bytes, Mapping[str, str]], Awaitable[Sent]],
+    retry_delays: Sequence[float],
+    record: Callable[[Delivery], Awaitable[None]],
+    gone: Callable[[], bool],
+) -> None:
+    """Deliver one event, retrying as Slack does (bounded) until the bot answers 2xx.
+
+    ``send`` makes one attempt, ``record`` is told of each, and ``gone()`` true after an
+    attempt (the bot's URL was unset) ends the retries.
+    """
+    event_id = new_event_id()
+    body = json.dumps(envelope(event, event_id)).encode()
+    reason: str | None = None
+    delays = (0.0, *retry_delays[:MAX_RETRIES])
+    for attempt, delay in enumerate(delays):
+        if delay > 0:
+            await asyncio.sleep(delay)
+        headers = {"Content-Type": "application/json"}
+        if attempt:
+            headers["X-Slack-Retry-Num"] = str(attempt)
+            headers["X-Slack-Retry-Reason"] = reason or "http_error"
+        status, reason, no_retry = await send(body, headers)
+        delivery = Delivery("event", event["type"], event_id, event["ts"], attempt, status, reason)
+        await record(delivery)
+        if delivery.ok or no_retry or gone():
+            return
+
+
+__all__ = [
+    "ACK_TIMEOUT_S",
+    "APP_ID",
+    "MAX_RETRIES",
+    "NO_ANSWER",
+    "RETRY_DELAYS_S",
+    "USER_AGENT",
+    "VERIFICATION_TOKEN",
+    "Delivery",
+    "block_actions",
+    "deliver_event",
+    "envelope",
+    "find_button",
+    "form_body",
+    "human_event",
+    "post_signed",
+    "sign",
+]
