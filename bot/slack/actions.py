@@ -150,19 +150,27 @@ class Interactions:
             user, requester=approval.requester, destructive=approval.category == "destructive"
         )
 
-    async def on_stop(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await ack()
+    async def _steerer(self, body: dict[str, Any], action: dict[str, Any]) -> str | None:
+        """The clicker of Stop or Continue if they may steer the job the button names
+        (its requester or an approver); otherwise they are told why and ``None``."""
         user = str((body.get("user") or {}).get("id") or "")
         job_id = str(action.get("value") or "")
         record = await self.turns.jobs.get(job_id) if job_id else None
-        if record is None:
-            self._later(self._tell(body, "Nothing changed: this job no longer exists."), "eph")
-            return
-        refusal = await self.policy.may_steer(user, requester=record.requester)
+        refusal = (
+            "this job no longer exists"
+            if record is None
+            else await self.policy.may_steer(user, requester=record.requester)
+        )
         if refusal is not None:
             self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
+            return None
+        return user
+
+    async def on_stop(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await ack()
+        if (user := await self._steerer(body, action)) is None:
             return
-        outcome = await self.turns.stop(job_id, user)
+        outcome = await self.turns.stop(str(action["value"]), user)
         if outcome.kind == "ended":
             self._later(self._tell(body, "Nothing changed: this job has already ended."), "eph")
         elif outcome.kind == "cancelled" and outcome.record is not None:
@@ -190,16 +198,9 @@ class Interactions:
 
     async def on_continue(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
-        user = str((body.get("user") or {}).get("id") or "")
-        job_id = str(action.get("value") or "")
-        record = await self.turns.jobs.get(job_id) if job_id else None
-        if record is None:
-            self._later(self._tell(body, "Nothing changed: this job no longer exists."), "eph")
+        if (user := await self._steerer(body, action)) is None:
             return
-        refusal = await self.policy.may_steer(user, requester=record.requester)
-        if refusal is not None:
-            self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
-            return
+        job_id = str(action["value"])
         raised = await self.turns.raise_limit(job_id, user)
         if isinstance(raised, str):
             self._later(self._tell(body, f"Nothing changed: {raised}."), "ephemeral")

@@ -71,11 +71,11 @@ _CURSOR_START = "0-0"
 # Fields of a stream entry.
 F_TS, F_TEXT, F_AUTHOR, F_SEQ = "ts", "text", "author", "seq"
 
-# KEYS: stream, seen, seq.  ARGV: ts, text, author ('' for none), ttl (s), group.
-_RECEIVE = """
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  return 0
-end
+# The receipt of one message into a thread's inject stream, shared with the ack path's
+# script (``receipt.py``). KEYS: 1 stream, 2 seen, 3 seq. ARGV: 1 ts, 2 text, 3 author
+# ('' for none), 4 ttl (s), 5 group. Creates the group if missing, XADDs with the next
+# receipt number, remembers ts → entry id, refreshes the keys' TTL.
+RECEIVE_STEPS = """
 local made = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[5], '0', 'MKSTREAM')
 if type(made) == 'table' and made.err and string.sub(made.err, 1, 9) ~= 'BUSYGROUP' then
   return made
@@ -86,13 +86,25 @@ if ARGV[3] ~= '' then
   fields[#fields + 1] = 'author'
   fields[#fields + 1] = ARGV[3]
 end
-local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
-redis.call('HSET', KEYS[2], ARGV[1], id)
+local entry = redis.call('XADD', KEYS[1], '*', unpack(fields))
+redis.call('HSET', KEYS[2], ARGV[1], entry)
 for i = 1, 3 do
   redis.call('EXPIRE', KEYS[i], ARGV[4])
 end
+"""
+
+# Same KEYS and ARGV; idempotent by ts. Returns 1, or 0 for a message received before.
+_RECEIVE = (
+    """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  return 0
+end
+"""
+    + RECEIVE_STEPS
+    + """
 return 1
 """
+)
 
 
 class InjectQueue:

@@ -31,7 +31,7 @@ from typing import Literal
 import redis.asyncio as aioredis
 
 from bot.store.connection import translated
-from bot.store.inject import GROUP
+from bot.store.inject import GROUP, RECEIVE_STEPS
 from bot.store.jobs import JobLimits, JobRecord, JobStatus
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, Keys, Thread
 
@@ -42,7 +42,8 @@ Outcome = Literal["created", "joined", "duplicate", "ignored"]
 # ARGV: 1 ts, 2 text, 3 author, 4 history ttl, 5 group, 6 needs conversation ('1'/'0'),
 #       7 job id prefix, 8 job key prefix, 9 job ttl, 10 job JSON with __JOB_ID__.
 # Returns {outcome, job id or '', job status or ''}.
-_RECEIVE = """
+_RECEIVE = (
+    """
 local function current()
   local id = redis.call('GET', KEYS[5])
   if not id then return '', '' end
@@ -55,21 +56,9 @@ end
 if ARGV[6] == '1' and redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
   return {'ignored', '', ''}
 end
-local made = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[5], '0', 'MKSTREAM')
-if type(made) == 'table' and made.err and string.sub(made.err, 1, 9) ~= 'BUSYGROUP' then
-  return made
-end
-local seq = redis.call('INCR', KEYS[3])
-local fields = {'ts', ARGV[1], 'text', ARGV[2], 'seq', tostring(seq)}
-if ARGV[3] ~= '' then
-  fields[#fields + 1] = 'author'
-  fields[#fields + 1] = ARGV[3]
-end
-local entry = redis.call('XADD', KEYS[1], '*', unpack(fields))
-redis.call('HSET', KEYS[2], ARGV[1], entry)
-for i = 1, 3 do
-  redis.call('EXPIRE', KEYS[i], ARGV[4])
-end
+"""
+    + RECEIVE_STEPS
+    + """
 local id, status = current()
 if status == 'queued' or status == 'running' or status == 'awaiting_approval' then
   return {'joined', id, status}
@@ -84,6 +73,7 @@ redis.call('EXPIRE', key, ARGV[9])
 redis.call('SET', KEYS[5], id, 'EX', ARGV[9])
 return {'created', id, 'queued'}
 """
+)
 
 
 @dataclass(frozen=True, slots=True)
