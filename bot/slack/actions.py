@@ -19,7 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.state import StopReason
 from bot.errors import StoreError
-from bot.slack.blocks import approval_card, decided_card, ending_message
+from bot.slack.blocks import Message, approval_card, decided_card, ending_message
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
 from bot.store.approvals import REFUSED_EXPIRED, REFUSED_STALE, ApprovalRecord, refusal_text
@@ -54,7 +54,18 @@ class Interactions:
             return
         at = approval.decided_at or time.time()
         message = decided_card(approval, approval.status, approval.decided_by, at)
-        self.budget.submit(approval.channel, approval.card_ts, message, urgent=True)
+        self.background(self._send_card(approval.channel, approval.card_ts, message), "card")
+
+    async def _send_card(self, channel: str, ts: str, message: Message) -> None:
+        """A decided card is edited at once (decisions are rare and people watch for
+        them); only when Slack refuses (rate limit, outage) through the paced budget."""
+        try:
+            await self.client.chat_update(
+                channel=channel, ts=ts, text=message.text, blocks=message.blocks
+            )
+        except Exception:
+            log.info("card %s: edit deferred to the paced updates", ts, exc_info=True)
+            self.budget.submit(channel, ts, message, urgent=True)
 
     async def card_expired(self, approval: ApprovalRecord) -> None:
         self.edit_card(approval)
