@@ -218,11 +218,11 @@ class AnthropicClient(HttpModelClient):
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         name: str | None = None,
     ) -> None:
-        self._model = model
-        self._name = name or model
+        super().__init__(
+            model=model, http=http, retry=retry, request_timeout_s=request_timeout_s, name=name
+        )
         base = base_url.rstrip("/")
         self._url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
-        self._http = http
         self._headers = {
             "content-type": "application/json",
             "accept": "application/json",
@@ -231,8 +231,6 @@ class AnthropicClient(HttpModelClient):
         if api_key:
             self._headers["x-api-key"] = api_key
         self._temperature = None if temperature is None else min(temperature, MAX_TEMPERATURE)
-        self._retry = retry or RetryPolicy()
-        self._timeout = request_timeout_s
         self._tools_json = LastJson(render_tools)
         self._system_json = LastJson(render_system)
 

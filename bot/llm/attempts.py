@@ -93,12 +93,23 @@ async def complete_with_retries(
 
 class HttpModelClient:
     """The shared shape of the adapters: ``complete`` renders the body once and runs
-    one plain or streamed attempt under ``complete_with_retries``. Subclasses set
-    ``_name``, ``_retry``, ``_timeout`` and implement ``body``, ``_plain``, ``_stream``."""
+    one plain or streamed attempt under ``complete_with_retries``. Subclasses pass the
+    common settings to ``__init__`` and implement ``body``, ``_plain``, ``_stream``."""
 
-    _name: str
-    _retry: RetryPolicy
-    _timeout: float
+    def __init__(
+        self,
+        *,
+        model: str,
+        http: httpx.AsyncClient,
+        retry: RetryPolicy | None,
+        request_timeout_s: float,
+        name: str | None,
+    ) -> None:
+        self._model = model
+        self._name = name or model
+        self._http = http
+        self._retry = retry or RetryPolicy()
+        self._timeout = request_timeout_s
 
     @property
     def name(self) -> str:

@@ -97,16 +97,14 @@ class OpenAIClient(HttpModelClient):
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         name: str | None = None,
     ) -> None:
-        self._model = model
-        self._name = name or model
+        super().__init__(
+            model=model, http=http, retry=retry, request_timeout_s=request_timeout_s, name=name
+        )
         self._url = base_url.rstrip("/") + "/chat/completions"
-        self._http = http
         self._headers = {"content-type": "application/json", "accept": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
         self._temperature = temperature
-        self._retry = retry or RetryPolicy()
-        self._timeout = request_timeout_s
         self._max_key = (
             "max_completion_tokens" if _uses_max_completion_tokens(base_url) else "max_tokens"
         )
