@@ -131,6 +131,40 @@ class JobRecord(BaseModel):
         return Thread(self.channel, self.thread_ts)
 
 
+JOB_ID_PLACEHOLDER = "__JOB_ID__"  # the creating script puts the job's id here
+
+
+def new_job(
+    thread: Thread,
+    *,
+    requester: str,
+    limits: JobLimits,
+    now: float,
+    request_ts: str | None = None,
+    meta: dict[str, str] | None = None,
+) -> JobRecord:
+    """A queued job's record before Redis numbers it (its id is a placeholder the
+    creating script fills in: ``Jobs.create``, and the ack path's receipt)."""
+    return JobRecord(
+        id=JOB_ID_PLACEHOLDER,
+        channel=thread.channel,
+        thread_ts=thread.thread_ts,
+        requester=requester,
+        request_ts=request_ts,
+        created_at=now,
+        updated_at=now,
+        limits=limits,
+        meta=meta or {},
+    )
+
+
+def job_prefixes(keys: Keys, thread: Thread) -> tuple[str, str]:
+    """What a script prepends to a job number to get its id (``C…:ts:j``) and to a job id
+    to get its hash key."""
+    first = thread.job_id(0)
+    return first[:-1], keys.job(first)[: -len(first)]
+
+
 # KEYS[1] job hash; ARGV: expected status, fence, new status, data.
 # Returns 1, or an error string naming what did not match.
 _CAS = """
@@ -196,19 +230,10 @@ class Jobs:
     ) -> JobRecord:
         """A new ``queued`` job in the thread, indexed for the scanner."""
         now = self._now()
-        template = JobRecord(
-            id="__JOB_ID__",
-            channel=thread.channel,
-            thread_ts=thread.thread_ts,
-            requester=requester,
-            request_ts=request_ts,
-            created_at=now,
-            updated_at=now,
-            limits=limits,
-            meta=meta or {},
+        template = new_job(
+            thread, requester=requester, limits=limits, now=now, request_ts=request_ts, meta=meta
         )
-        id_prefix = thread.job_id(0)[:-1]  # "C…:ts:j"
-        key_prefix = self._keys.job(thread.job_id(0))[: -len(thread.job_id(0))]
+        id_prefix, key_prefix = job_prefixes(self._keys, thread)
         async with translated("job create"):
             n = await self._create(
                 keys=[self._keys.jobs_counter(thread), self._keys.current_job(thread)],

@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 
 from bot.store.connection import translated
 from bot.store.inject import GROUP, RECEIVE_STEPS
-from bot.store.jobs import JobLimits, JobRecord, JobStatus
+from bot.store.jobs import JobLimits, JobRecord, JobStatus, job_prefixes, new_job
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, Keys, Thread
 
 Outcome = Literal["created", "joined", "duplicate", "ignored"]
@@ -115,17 +115,8 @@ class Receiver:
         (see the module docstring)."""
         keys = self._keys
         now = self._now()
-        template = JobRecord(
-            id="__JOB_ID__",
-            channel=thread.channel,
-            thread_ts=thread.thread_ts,
-            requester=user,
-            request_ts=ts,
-            created_at=now,
-            updated_at=now,
-            limits=limits,
-        )
-        first = thread.job_id(0)
+        template = new_job(thread, requester=user, limits=limits, now=now, request_ts=ts)
+        id_prefix, key_prefix = job_prefixes(keys, thread)
         async with translated("message receipt"):
             outcome, job_id, status = await self._script(
                 keys=[
@@ -143,8 +134,8 @@ class Receiver:
                     HISTORY_TTL_S,
                     GROUP,
                     "1" if needs_conversation else "0",
-                    first[:-1],
-                    keys.job(first)[: -len(first)],
+                    id_prefix,
+                    key_prefix,
                     JOB_TTL_S,
                     template.model_dump_json(),
                 ],
