@@ -203,8 +203,16 @@ class Turns:
                 if decision is None:
                     return None
                 via = "decision"
-            record = await self.jobs.save(record, JobStatus.RUNNING, fence=lease.fence, via=via)
-            result, follow = await self._run(record, lease.fence, lease, decision)
+            reporter = await self.progress(record) if self.progress is not None else None
+            meta = record.meta
+            if reporter is not None and reporter.status_ts:
+                # Saved with the start: a process taking the job over after a crash edits
+                # this status message instead of posting another.
+                meta = {**meta, "status_ts": reporter.status_ts}
+            record = await self.jobs.save(
+                record, JobStatus.RUNNING, fence=lease.fence, via=via, meta=meta
+            )
+            result, follow = await self._run(record, lease.fence, lease, decision, reporter)
         if result.stop_reason is StopReason.AWAITING_APPROVAL:
             await self._paused(job_id, result)
         return result, follow
@@ -339,12 +347,17 @@ class Turns:
             return "someone else continued or changed this job first"
 
     async def _run(
-        self, record: JobRecord, fence: int, lease: Lease, decision: Decision | None
+        self,
+        record: JobRecord,
+        fence: int,
+        lease: Lease,
+        decision: Decision | None,
+        reporter: JobSink | None,
     ) -> tuple[RunResult, str | None]:
         token = CancelToken()
         self.running[record.id] = token
         try:
-            return await self._run_with(record, fence, lease, decision, token)
+            return await self._run_with(record, fence, lease, decision, token, reporter)
         finally:
             self.running.pop(record.id, None)
 
@@ -355,20 +368,13 @@ class Turns:
         lease: Lease,
         decision: Decision | None,
         token: CancelToken,
+        reporter: JobSink | None,
     ) -> tuple[RunResult, str | None]:
         thread = record.thread
         if (by := await self.jobs.cancel_requested(record.id)) is not None:
             token.cancel(stopped_by(by))
         history = RedisHistory(self.redis, self.keys, thread)
         await history.history()
-        reporter = await self.progress(record) if self.progress is not None else None
-        if reporter is not None and reporter.status_ts:
-            if record.meta.get("status_ts") != reporter.status_ts:
-                # Saved at once: a process taking the job over after a crash before the
-                # first checkpoint edits this status message instead of posting another.
-                record = await self.jobs.save(
-                    record, fence=fence, meta={**record.meta, "status_ts": reporter.status_ts}
-                )
         record = await self._report_unknown_outcomes(record)
         trace = TraceRecorder(record.id)
         session = JobSession(
