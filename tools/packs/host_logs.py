@@ -21,7 +21,7 @@ from pathlib import PurePosixPath
 
 from bot.errors import ConfigError, ToolError
 from tools.packs import host_proc
-from tools.packs.host_proc import ago, human_bytes
+from tools.packs.host_proc import ago, human_bytes, plain
 
 TAIL_DEFAULT = 100
 TAIL_MAX = 500
@@ -128,7 +128,7 @@ class LogFiles:
         if not data:
             return f"{header}: empty file"
         text = data.decode("utf-8", errors="replace").replace("\0", "\\0")
-        found = text.splitlines()
+        found = [plain(line) for line in text.splitlines()]
         # An incomplete first line began before the bytes read: if shown, it is marked.
         fragment = not complete and len(found) <= want
         found = found[-want:]

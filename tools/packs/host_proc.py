@@ -280,14 +280,32 @@ def read_processes() -> dict[tuple[int, int], Proc]:
     return found
 
 
+_ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.)?")
+_SPACES = re.compile(r"[\s\x00\u2028\u2029]+")
+_CONTROLS = re.compile(r"[\x01-\x1f\x7f-\x9f]")
+
+
+def plain(line: str) -> str:
+    """One line of a log as plain text: terminal escape sequences (colours) and control
+    characters other than tab dropped."""
+    return _CONTROLS.sub(lambda m: m[0] if m[0] == "\t" else "", _ANSI_ESCAPE.sub("", line))
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of plain text: terminal escape sequences dropped, any run of
+    whitespace (newlines in a script passed as an argument, say) folded into one space,
+    other control characters dropped. A process can put anything in its arguments."""
+    return _CONTROLS.sub("", _SPACES.sub(" ", _ANSI_ESCAPE.sub("", text))).strip()
+
+
 def command_line(pid: int, comm: str) -> str:
     try:
         with open(f"{PROC}/{pid}/cmdline", "rb") as f:
             raw = f.read(4096)
     except OSError:
         raw = b""
-    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", errors="replace").strip()
-    text = text or f"[{comm}]"  # kernel threads have no command line
+    text = one_line(raw.replace(b"\0", b" ").decode("utf-8", errors="replace"))
+    text = text or f"[{one_line(comm)}]"  # kernel threads have no command line
     return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 1] + "…"
 
 

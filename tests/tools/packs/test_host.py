@@ -335,6 +335,36 @@ async def test_top_processes_by_memory_finds_the_big_process(
     assert rss.endswith("M") and 400 <= float(rss[:-1]) < 500, rss
 
 
+SCRIPT_ARG = "LARGE_TEXT='#!/bin/bash\n\techo hi\r\n\x1b[31mred\x07'\n"
+
+
+@pytest.fixture
+def scripted() -> Iterator[subprocess.Popen[bytes]]:
+    """A process whose arguments hold newlines, tabs and escape codes (a shell script
+    passed as an environment-style argument, as seen on a CI machine)."""
+    code = "import sys,time; print('ready', flush=True); time.sleep(600)"
+    proc = subprocess.Popen([sys.executable, "-c", code, SCRIPT_ARG], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    yield proc
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+
+
+async def test_top_processes_rows_stay_one_line_whatever_the_command_line(
+    scripted: subprocess.Popen[bytes],
+) -> None:
+    text = await host_pack.host_top_processes_text("memory", 500, sample_s=0.05)
+    lines = text.splitlines()
+    assert len(lines) <= 2 + host_pack.TOP_MAX
+    assert all(line.split()[0].isdigit() for line in lines[2:]), text
+    assert "\x1b" not in text and "\x07" not in text and "\t" not in text
+    line = host_pack.command_line(scripted.pid, "python3")
+    assert line.startswith(f"{sys.executable} -c import"), line
+    assert host_proc.one_line(SCRIPT_ARG) == "LARGE_TEXT='#!/bin/bash echo hi red'"
+    assert host_proc.one_line("x\x1b]0;title\x07y\u2028z") == "xy z"
+
+
 async def test_top_processes_arguments_are_bounded() -> None:
     tool = tools_of(PackConfig())["host_top_processes"]
     for bad in ({"limit": 21}, {"limit": 0}, {"by": "disk"}):
@@ -348,6 +378,13 @@ async def test_top_processes_arguments_are_bounded() -> None:
 
 
 # -- host_tail_log ------------------------------------------------------------------
+
+
+async def test_tail_drops_colour_codes_and_control_characters(logs: Path, tail: Tool) -> None:
+    (logs / "app.log").write_bytes(
+        b"\x1b[32mINFO\x1b[0m\tstarted\n\x1b[1;31mERROR\x1b[0m db down\x07\x08\n"
+    )
+    assert body_lines(await call(tail, path="app.log")) == ["INFO\tstarted", "ERROR db down"]
 
 
 async def test_tail_returns_the_last_lines(logs: Path, tail: Tool) -> None:
