@@ -19,7 +19,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.state import StopReason
 from bot.errors import StoreError
-from bot.slack.blocks import Message, approval_card, decided_card, ending_message
+from bot.slack.blockkit import Message
+from bot.slack.blocks import approval_card, decided_card, ending_message
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
 from bot.store.approvals import REFUSED_EXPIRED, REFUSED_STALE, ApprovalRecord, refusal_text

@@ -12,94 +12,68 @@ bot's retry paths over the real protocol with slack-sdk's own client::
 
 Waiting is on an :class:`asyncio.Condition` notified after every call, never on sleeps.
 Sending events *to* the bot (signed requests) does not belong here; the dev mode adds that.
+
+This module owns the server, what it holds and the methods' behaviour. Slack's wire shapes,
+limits, errors and request parsing are in ``bot.slack.fake_wire``; the names users of the fake
+need (``Message``, ``BOT_USER_ID``, ``block_errors``, …) are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import json
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, NamedTuple, Self
+from typing import Self
 
 from aiohttp import web
 
-BOT_USER_ID = "UBOT"
-BOT_ID = "BBOT"
-TEAM_ID = "T1"
-BOT_NAME = "opsloop"
+from bot.slack.fake_wire import (
+    BOT_ID,
+    BOT_NAME,
+    BOT_USER_ID,
+    MAX_MESSAGE_TEXT,
+    TEAM_ID,
+    Call,
+    Ephemeral,
+    Message,
+    Params,
+    Reply,
+    SlackError,
+    bearer_token,
+    block_errors,
+    int_param,
+    message_content,
+    read_params,
+    required,
+    stream_text,
+)
 
-MAX_BLOCKS = 50
-MAX_SECTION_TEXT = 3_000
-MAX_SECTION_FIELD = 2_000
-MAX_HEADER_TEXT = 150
-MAX_BUTTON_TEXT = 75
-MAX_MARKDOWN_TEXT = 12_000  # cumulative over all markdown blocks of one message
-MAX_MESSAGE_TEXT = 40_000
-MAX_STREAM_CHUNK = 12_000
+__all__ = [
+    "BOT_ID",
+    "BOT_NAME",
+    "BOT_USER_ID",
+    "DEFAULT_REPLIES_LIMIT",
+    "DEFAULT_WAIT_TIMEOUT",
+    "MAX_MESSAGE_TEXT",
+    "TEAM_ID",
+    "Call",
+    "Ephemeral",
+    "FakeSlack",
+    "Message",
+    "Params",
+    "Reply",
+    "SlackError",
+    "block_errors",
+]
+
 DEFAULT_REPLIES_LIMIT = 1_000
 DEFAULT_WAIT_TIMEOUT = 10.0  # a hang guard only: conditions are awaited, never polled
 
 _FIRST_TS_US = 1_700_000_000_000_000  # microseconds; ts strings are "seconds.micros"
 _TS_STEP_US = 100
-
-Params = dict[str, Any]
-Reply = dict[str, Any]
-_JSON_FIELDS = ("blocks", "attachments", "view", "chunks", "metadata")
-
-
-class Call(NamedTuple):
-    """One request the fake received: the method and its merged query, form or JSON params."""
-
-    method: str
-    params: Params
-
-
-@dataclass
-class Message:
-    """A message as the fake holds it, edits applied."""
-
-    channel: str
-    ts: str
-    text: str
-    user: str
-    bot_id: str | None = None
-    thread_ts: str | None = None
-    blocks: list[dict[str, Any]] | None = None
-    attachments: list[Any] | None = None
-    streaming: bool = False
-    edited: bool = False
-
-    def as_slack(self) -> Reply:
-        """The message in Slack's wire shape."""
-        out: Reply = {"type": "message", "ts": self.ts, "user": self.user, "text": self.text}
-        out["team"] = TEAM_ID
-        if self.bot_id is not None:
-            out["bot_id"] = self.bot_id
-        if self.thread_ts is not None:
-            out["thread_ts"] = self.thread_ts
-        if self.blocks is not None:
-            out["blocks"] = copy.deepcopy(self.blocks)
-        if self.attachments is not None:
-            out["attachments"] = copy.deepcopy(self.attachments)
-        if self.edited:
-            out["edited"] = {"user": self.user, "ts": self.ts}
-        return out
-
-
-@dataclass
-class Ephemeral:
-    """An ephemeral message: visible only to ``user``."""
-
-    channel: str
-    user: str
-    message_ts: str
-    text: str
-    thread_ts: str | None = None
-    blocks: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -116,68 +90,6 @@ class _State:
     ephemerals: list[Ephemeral] = field(default_factory=list)
     reactions: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
     statuses: dict[tuple[str, str], str] = field(default_factory=dict)
-
-
-class SlackError(Exception):
-    """Raised inside a method handler: answered as ``{"ok": false, "error": code, **extra}``."""
-
-    def __init__(self, code: str, **extra: Any) -> None:
-        super().__init__(code)
-        self.code = code
-        self.extra = extra
-
-
-def block_errors(blocks: object) -> list[str]:
-    """Slack-style reasons why ``blocks`` would be rejected as ``invalid_blocks`` (empty: fine)."""
-    if not isinstance(blocks, list):
-        return ["must be an array [json-pointer:/blocks]"]
-    errors: list[str] = []
-    if len(blocks) > MAX_BLOCKS:
-        errors.append(f"no more than {MAX_BLOCKS} items allowed [json-pointer:/blocks]")
-    markdown_total = 0
-    for i, block in enumerate(blocks):
-        where = f"/blocks/{i}"
-        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-            errors.append(f"missing required field: type [json-pointer:{where}]")
-            continue
-        kind = block["type"]
-        if kind == "section":
-            _check_text(block.get("text"), MAX_SECTION_TEXT, f"{where}/text", errors)
-            for j, item in enumerate(block.get("fields") or []):
-                _check_text(item, MAX_SECTION_FIELD, f"{where}/fields/{j}", errors)
-            accessory = block.get("accessory")
-            if isinstance(accessory, dict) and accessory.get("type") == "button":
-                _check_text(
-                    accessory.get("text"), MAX_BUTTON_TEXT, f"{where}/accessory/text", errors
-                )
-        elif kind == "header":
-            _check_text(block.get("text"), MAX_HEADER_TEXT, f"{where}/text", errors)
-        elif kind == "actions":
-            for j, element in enumerate(block.get("elements") or []):
-                if isinstance(element, dict) and element.get("type") == "button":
-                    pointer = f"{where}/elements/{j}/text"
-                    _check_text(element.get("text"), MAX_BUTTON_TEXT, pointer, errors)
-        elif kind == "markdown":
-            text = block.get("text")
-            if not isinstance(text, str):
-                errors.append(f"missing required field: text [json-pointer:{where}]")
-            else:
-                markdown_total += len(text)
-    if markdown_total > MAX_MARKDOWN_TEXT:
-        errors.append(f"markdown blocks must total no more than {MAX_MARKDOWN_TEXT} characters")
-    return errors
-
-
-def _check_text(obj: object, limit: int, pointer: str, errors: list[str]) -> None:
-    if obj is None:
-        return
-    text = obj.get("text") if isinstance(obj, dict) else None
-    if not isinstance(text, str):
-        errors.append(f"missing required field: text [json-pointer:{pointer}]")
-    elif not text:
-        errors.append(f"must be more than 0 characters [json-pointer:{pointer}/text]")
-    elif len(text) > limit:
-        errors.append(f"must be less than {limit + 1} characters [json-pointer:{pointer}/text]")
 
 
 def _ts_us(ts: str) -> int | None:
@@ -368,10 +280,10 @@ class FakeSlack:
     async def _handle(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         try:
-            params = await _read_params(request)
+            params = await read_params(request)
         except SlackError as exc:
             return web.json_response({"ok": False, "error": exc.code})
-        token = _bearer(request.headers.get("Authorization", "")) or params.pop("token", None)
+        token = bearer_token(request.headers.get("Authorization", "")) or params.pop("token", None)
         self.calls.append(Call(method, params))
         try:
             status, headers, body = self._answer(method, params, token)
@@ -414,7 +326,7 @@ class FakeSlack:
         return f"{self._clock_us // 1_000_000}.{self._clock_us % 1_000_000:06d}"
 
     def _held(self, params: Params) -> Message:
-        message = self._state.messages.get((_required(params, "channel"), _required(params, "ts")))
+        message = self._state.messages.get((required(params, "channel"), required(params, "ts")))
         if message is None:
             raise SlackError("message_not_found")
         return message
@@ -436,7 +348,7 @@ class FakeSlack:
         channel = params.get("channel") or ""
         if not channel:
             raise SlackError("channel_not_found")
-        text, blocks = _content(params)
+        text, blocks = message_content(params)
         if not text and not blocks and not params.get("attachments"):
             raise SlackError("no_text")
         message = Message(
@@ -456,7 +368,7 @@ class FakeSlack:
         message = self._held(params)
         if message.bot_id != BOT_ID:
             raise SlackError("cant_update_message")
-        text, blocks = _content(params)
+        text, blocks = message_content(params)
         if "text" in params:
             message.text = text
         if "blocks" in params:  # omitted: keep; [] removes them
@@ -472,9 +384,9 @@ class FakeSlack:
         }
 
     def _post_ephemeral(self, params: Params) -> Reply:
-        channel = _required(params, "channel")
-        user = _required(params, "user")
-        text, blocks = _content(params)
+        channel = required(params, "channel")
+        user = required(params, "user")
+        text, blocks = message_content(params)
         if not text and not blocks:
             raise SlackError("no_text")
         ts = self._next_ts()
@@ -484,7 +396,7 @@ class FakeSlack:
 
     def _reactions_add(self, params: Params) -> Reply:
         # Messages that reached the bot only as events are unknown here, so any ts is accepted.
-        key = (_required(params, "channel"), _required(params, "timestamp"))
+        key = (required(params, "channel"), required(params, "timestamp"))
         name = params.get("name") or ""
         if not name:
             raise SlackError("invalid_name")
@@ -494,13 +406,13 @@ class FakeSlack:
         return {}
 
     def _replies(self, params: Params) -> Reply:
-        channel = _required(params, "channel")
-        thread_ts = _required(params, "ts")
+        channel = required(params, "channel")
+        thread_ts = required(params, "ts")
         thread = self.messages(channel, thread_ts)
         if not any(m.ts == thread_ts for m in thread):
             raise SlackError("thread_not_found")
-        limit = _int(params.get("limit"), DEFAULT_REPLIES_LIMIT)
-        start = _int(params.get("cursor"), 0)
+        limit = int_param(params.get("limit"), DEFAULT_REPLIES_LIMIT)
+        start = int_param(params.get("cursor"), 0)
         page = thread[start : start + limit]
         more = start + limit < len(thread)
         out = []
@@ -514,13 +426,13 @@ class FakeSlack:
         return {"messages": out, "has_more": more, "response_metadata": {"next_cursor": cursor}}
 
     def _usergroup_users(self, params: Params) -> Reply:
-        users = self.usergroups.get(_required(params, "usergroup"))
+        users = self.usergroups.get(required(params, "usergroup"))
         if users is None:
             raise SlackError("no_such_subteam")
         return {"users": list(users)}
 
     def _set_status(self, params: Params) -> Reply:
-        key = (_required(params, "channel_id"), _required(params, "thread_ts"))
+        key = (required(params, "channel_id"), required(params, "thread_ts"))
         self._state.statuses[key] = str(params.get("status") or "")
         return {}
 
@@ -536,8 +448,8 @@ class FakeSlack:
         channel = params.get("channel") or ""
         if not channel:
             raise SlackError("channel_not_found")
-        thread_ts = _required(params, "thread_ts")
-        text = _stream_text(params)
+        thread_ts = required(params, "thread_ts")
+        text = stream_text(params)
         message = Message(
             channel, self._next_ts(), text, BOT_USER_ID, BOT_ID, thread_ts, streaming=True
         )
@@ -555,89 +467,15 @@ class FakeSlack:
 
     def _append_stream(self, params: Params) -> Reply:
         message = self._streaming(params)
-        message.text += _stream_text(params)
+        message.text += stream_text(params)
         return {"channel": message.channel, "ts": message.ts}
 
     def _stop_stream(self, params: Params) -> Reply:
         message = self._streaming(params)
-        text = _stream_text(params)
-        _, blocks = _content({"blocks": params.get("blocks") or []})
+        text = stream_text(params)
+        _, blocks = message_content({"blocks": params.get("blocks") or []})
         message.text += text
         if blocks:
             message.blocks = blocks
         message.streaming = False
         return {"channel": message.channel, "ts": message.ts, "message": message.as_slack()}
-
-
-# ---- request helpers -----------------------------------------------------------------------
-
-
-async def _read_params(request: web.Request) -> Params:
-    """Query string, then a form or JSON body, merged; JSON-in-form fields decoded."""
-    params: Params = dict(request.query)
-    if request.can_read_body:
-        if request.content_type == "application/json":
-            try:
-                body = await request.json()
-            except ValueError:
-                raise SlackError("invalid_json") from None
-            if not isinstance(body, dict):
-                raise SlackError("invalid_json")
-            params.update(body)
-        else:
-            form = await request.post()
-            params.update({k: v for k, v in form.items() if isinstance(v, str)})
-    for name in _JSON_FIELDS:
-        if isinstance(params.get(name), str):
-            try:
-                params[name] = json.loads(params[name])
-            except ValueError:
-                raise SlackError(
-                    f"invalid_{name}_format" if name == "blocks" else "invalid_arguments"
-                ) from None
-    return params
-
-
-def _bearer(header: str) -> str | None:
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip() or None
-
-
-def _required(params: Params, name: str) -> str:
-    value = params.get(name)
-    if not value:
-        raise SlackError("invalid_arguments", needed=name)
-    return str(value)
-
-
-def _int(value: object, default: int) -> int:
-    try:
-        return int(str(value)) if value not in (None, "") else default
-    except ValueError:
-        raise SlackError("invalid_arguments") from None
-
-
-def _content(params: Params) -> tuple[str, list[dict[str, Any]] | None]:
-    """A message's text and blocks, checked against Slack's limits."""
-    text = str(params.get("text") or "")
-    if len(text) > MAX_MESSAGE_TEXT:
-        raise SlackError("msg_too_long")
-    blocks = params.get("blocks")
-    if blocks is None:
-        return text, None
-    errors = block_errors(blocks)
-    if errors:
-        raise SlackError("invalid_blocks", errors=errors)
-    return text, list(blocks)
-
-
-def _stream_text(params: Params) -> str:
-    text = str(params.get("markdown_text") or "")
-    for chunk in params.get("chunks") or []:
-        if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
-            text += str(chunk.get("text") or "")
-    if len(text) > MAX_STREAM_CHUNK:
-        raise SlackError("msg_too_long")
-    return text

@@ -28,14 +28,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.events import ApprovalRequested, Event, RunEnd
 from bot.agent.ports import Clock
 from bot.agent.state import RunResult, StopReason
-from bot.slack.blocks import (
-    Message,
-    Progress,
-    ToolLine,
-    answer_messages,
-    ending_message,
-    with_narration,
-)
+from bot.slack.answers import answer_messages
+from bot.slack.blockkit import Message
+from bot.slack.blocks import Progress, ToolLine, ending_message, with_narration
 from bot.slack.blocks import status_message as status_blocks
 from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
 from bot.slack.updates import RateLimited, UpdateBudget

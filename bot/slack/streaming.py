@@ -40,7 +40,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.ports import Clock, LoopClock, TimerHandle
-from bot.slack.blocks import MAX_MARKDOWN, partial_answer
+from bot.slack.answers import partial_answer
+from bot.slack.blockkit import MAX_MARKDOWN
 from bot.slack.updates import UpdateBudget
 
 log = logging.getLogger(__name__)

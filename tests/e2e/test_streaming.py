@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from bot.llm.scripted import Reply, split
-from bot.slack.blocks import unescape
+from bot.slack.blockkit import unescape
 from bot.slack.fake import BOT_ID, FakeSlack
 from bot.slack.fake import Message as HeldMessage
 

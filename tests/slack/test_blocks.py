@@ -10,26 +10,28 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.agent.state import StopReason
+from bot.slack.answers import answer_messages
+from bot.slack.blockkit import (
+    MAX_BLOCKS,
+    MAX_MARKDOWN,
+    MAX_TEXT,
+    Message,
+    SlackLimitError,
+    escape,
+    unescape,
+    validate,
+)
 from bot.slack.blocks import (
     ACTION_APPROVE,
     ACTION_CONTINUE,
     ACTION_DENY,
     ACTION_STOP,
-    MAX_BLOCKS,
-    MAX_MARKDOWN,
-    MAX_TEXT,
-    Message,
     Progress,
-    SlackLimitError,
     ToolLine,
-    answer_messages,
     approval_card,
     decided_card,
     ending_message,
-    escape,
     status_message,
-    unescape,
-    validate,
 )
 from bot.store.approvals import ApprovalRecord
 

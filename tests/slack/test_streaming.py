@@ -25,7 +25,8 @@ from bot.agent.events import (
 from bot.agent.messages import Usage
 from bot.agent.state import RunResult, RunState, StopReason
 from bot.agent.testing import FakeClock
-from bot.slack.blocks import answer_messages, partial_answer, unescape, validate
+from bot.slack.answers import answer_messages, partial_answer
+from bot.slack.blockkit import unescape, validate
 from bot.slack.fake import BOT_ID, TEAM_ID, FakeSlack
 from bot.slack.fake import Message as HeldMessage
 from bot.slack.progress import JobProgress, budget_sender

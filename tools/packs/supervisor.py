@@ -12,67 +12,47 @@ the path is empty or ``/``), ``http://user:pass@host:9001/RPC2`` for an
 ``name`` is what ``supervisorctl`` accepts: ``web``, ``group:process``, or a group
 (``workers`` or ``workers:*``); a bare process name that is unique also works.
 
-The XML-RPC request is built with ``xmlrpc.client.dumps`` and POSTed with one
-``httpx.AsyncClient`` (bounded connect and read timeouts, bounded answer size, a new
-connection per call), the answer parsed with ``xmlrpc.client.loads``. Supervisor
-faults (``BAD_NAME``, ``NOT_RUNNING``, ``ALREADY_STARTED``, ``SPAWN_ERROR``, …), an
-unreachable or slow supervisord, a refused password and an answer that is not XML-RPC
+Supervisor faults (``BAD_NAME``, ``NOT_RUNNING``, ``ALREADY_STARTED``, ``SPAWN_ERROR``, …),
+an unreachable or slow supervisord, a refused password and an answer that is not XML-RPC
 all become a ``ToolError`` that says what happened in words. Credentials never appear
 in a message.
+
+This module owns the tools and the text they answer with; the parts live beside it:
+``tools.packs.supervisor_rpc`` (the XML-RPC client over httpx: ``SUPERVISOR_URL``, timeouts,
+faults) and ``tools.packs.supervisor_procs`` (processes, what a ``name`` means, status lines).
 """
 
 from __future__ import annotations
 
-import difflib
-import os
 import re
-import xmlrpc.client
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any
-from urllib.parse import unquote, urlsplit
-from xml.parsers.expat import ExpatError
 
-import httpx
 from pydantic import AfterValidator, Field
 
 from bot.agent.tools import CallContext
 from bot.errors import ConfigError, ToolError
 from tools.base import tool
 from tools.packs import Pack, PackConfig
+from tools.packs.supervisor_procs import (
+    Proc,
+    Target,
+    problems_first,
+    resolve,
+    status_lines,
+    summary,
+)
+from tools.packs.supervisor_rpc import (
+    ACTION_TIMEOUT_S,
+    FAULTS,
+    STATUS_TIMEOUT_S,
+    SUCCESS,
+    VARIABLE,
+    SupervisorClient,
+    SupervisorFault,
+)
 
-VARIABLE = "SUPERVISOR_URL"
-CONNECT_TIMEOUT_S = 5.0
-STATUS_TIMEOUT_S = 10.0  # a query: supervisord answers at once or not at all
-ACTION_TIMEOUT_S = 60.0  # stop/start wait for stopwaitsecs / startsecs on the server
-MAX_ANSWER_BYTES = 8 << 20
-KNOWN_NAMES_SHOWN = 20
 LOG_TAIL_BYTES = 1200
 MAX_LINES = 200  # status lines before "… N more"
-
-# supervisor.xmlrpc.Faults
-FAULTS: Mapping[int, str] = {
-    1: "UNKNOWN_METHOD",
-    2: "INCORRECT_PARAMETERS",
-    3: "BAD_ARGUMENTS",
-    4: "SIGNATURE_UNSUPPORTED",
-    6: "SHUTDOWN_STATE",
-    10: "BAD_NAME",
-    11: "BAD_SIGNAL",
-    20: "NO_FILE",
-    21: "NOT_EXECUTABLE",
-    30: "FAILED",
-    40: "ABNORMAL_TERMINATION",
-    50: "SPAWN_ERROR",
-    60: "ALREADY_STARTED",
-    70: "NOT_RUNNING",
-    80: "SUCCESS",
-    90: "ALREADY_ADDED",
-    91: "STILL_RUNNING",
-    92: "CANT_REREAD",
-}
-SUCCESS = 80
-RUNNING_STATES = frozenset({"STARTING", "RUNNING", "BACKOFF"})  # what stopProcess accepts
 
 NAME_RE = r"^[^\s:]+(:[^\s:]+)?$"  # 'web', 'group:process', 'group:*'
 
@@ -87,315 +67,6 @@ def _whole_name(value: str) -> str:
 ProgramName = Annotated[
     str, Field(min_length=1, max_length=200, pattern=NAME_RE), AfterValidator(_whole_name)
 ]
-
-
-# -- the XML-RPC client -------------------------------------------------------------
-
-
-class SupervisorFault(ToolError):
-    """A fault supervisord answered with; ``name`` is its symbolic code."""
-
-    def __init__(self, code: int, text: str) -> None:
-        self.code = code
-        self.name = FAULTS.get(code, f"FAULT_{code}")
-        self.text = text
-        super().__init__(f"supervisor: {text}")
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """Where the interface is: the POST URL, optional socket and credentials."""
-
-    url: str  # the URL requests go to (no credentials)
-    shown: str  # what messages name (no credentials)
-    uds: str | None = None
-    auth: tuple[str, str] | None = None
-
-
-def parse_url(raw: str) -> Endpoint:
-    """``SUPERVISOR_URL`` as an ``Endpoint``; ``ConfigError`` naming the variable."""
-    text = raw.strip()
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"{VARIABLE}: not a valid URL ({exc})") from None
-    auth = None
-    if parts.username is not None:
-        auth = (unquote(parts.username), unquote(parts.password or ""))
-    if parts.scheme == "unix":
-        path = parts.path
-        if not path or path == "/":
-            raise ConfigError(f"{VARIABLE}: unix:// needs a socket path, e.g. unix:///run/s.sock")
-        return Endpoint(url="http://localhost/RPC2", shown=f"unix://{path}", uds=path, auth=auth)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(
-            f"{VARIABLE}: expected http://host:port[/RPC2] or unix:///path/to/socket, "
-            f"got scheme {parts.scheme or 'none'!r}"
-        )
-    if parts.query or parts.fragment:
-        raise ConfigError(f"{VARIABLE}: a query or fragment makes no sense here")
-    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
-    netloc = host if port is None else f"{host}:{port}"
-    path = parts.path.rstrip("/") or "/RPC2"
-    url = f"{parts.scheme}://{netloc}{path}"
-    return Endpoint(url=url, shown=url, auth=auth)
-
-
-class SupervisorClient:
-    """Async XML-RPC calls to one supervisord; ``aclose`` at shutdown."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        connect_timeout: float = CONNECT_TIMEOUT_S,
-        status_timeout: float = STATUS_TIMEOUT_S,
-        action_timeout: float = ACTION_TIMEOUT_S,
-        max_answer_bytes: int = MAX_ANSWER_BYTES,
-    ) -> None:
-        self.endpoint = parse_url(url)
-        self.status_timeout = status_timeout
-        self.action_timeout = action_timeout
-        self._max_answer = max_answer_bytes
-        self._connect_timeout = connect_timeout
-        transport = httpx.AsyncHTTPTransport(uds=self.endpoint.uds) if self.endpoint.uds else None
-        self._http = httpx.AsyncClient(
-            transport=transport,
-            auth=self.endpoint.auth,
-            timeout=httpx.Timeout(status_timeout, connect=connect_timeout),
-            headers={"Content-Type": "text/xml", "Accept": "text/xml"},
-            follow_redirects=False,
-            trust_env=False,
-            # A connection per call, as supervisorctl does. supervisord's HTTP server
-            # (medusa) leaves Nagle on and writes answers in 4 KiB pieces: on a reused
-            # connection every answer over 4 KiB (getAllProcessInfo of 5 processes)
-            # waits ~40 ms for the client's delayed ACK; a fresh one ACKs at once.
-            limits=httpx.Limits(max_keepalive_connections=0),
-        )
-
-    @property
-    def closed(self) -> bool:
-        return self._http.is_closed
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def call(self, method: str, *params: Any) -> Any:
-        """One XML-RPC query, bounded by ``status_timeout``."""
-        return await self._post(method, params, acting=False)
-
-    async def act(self, method: str, *params: Any) -> Any:
-        """One XML-RPC call that waits for supervisord to stop or start something,
-        bounded by ``action_timeout``."""
-        return await self._post(method, params, acting=True)
-
-    async def _post(self, method: str, params: tuple[Any, ...], *, acting: bool) -> Any:
-        """The result of one call, or ``ToolError`` / ``SupervisorFault``."""
-        body = xmlrpc.client.dumps(params, methodname=method, encoding="utf-8")
-        read = self.action_timeout if acting else self.status_timeout
-        where = f"supervisor at {self.endpoint.shown}"
-        request_timeout = httpx.Timeout(read, connect=self._connect_timeout)
-        try:
-            async with self._http.stream(
-                "POST", self.endpoint.url, content=body.encode("utf-8"), timeout=request_timeout
-            ) as response:
-                if response.status_code == 401:
-                    raise ToolError(
-                        f"{where} refused the credentials (HTTP 401); check user:pass in {VARIABLE}"
-                    )
-                if response.status_code != 200:
-                    raise ToolError(
-                        f"{where} answered HTTP {response.status_code} to {method}; "
-                        "is this supervisord's XML-RPC interface (path /RPC2)?"
-                    )
-                data = bytearray()
-                async for chunk in response.aiter_bytes():
-                    data += chunk
-                    if len(data) > self._max_answer:
-                        raise ToolError(f"{where}: the answer to {method} is too large")
-        except httpx.ConnectTimeout:
-            raise ToolError(
-                f"{where} is unreachable: no connection within {self._connect_timeout:g}s"
-            ) from None
-        except httpx.TimeoutException:
-            text = f"{where} did not answer {method} within {read:g}s"
-            if acting:
-                text += "; it may still be acting on it: check supervisor_status"
-            raise ToolError(text) from None
-        except httpx.TransportError as exc:
-            raise ToolError(f"{where} is unreachable: {_reason(exc)}") from None
-        try:
-            (result,), _ = xmlrpc.client.loads(bytes(data), use_builtin_types=True)
-        except xmlrpc.client.Fault as fault:
-            raise SupervisorFault(fault.faultCode, str(fault.faultString)) from None
-        except (ExpatError, xmlrpc.client.ResponseError, ValueError) as exc:
-            raise ToolError(f"{where}: not an XML-RPC answer to {method} ({exc})") from None
-        return result
-
-
-def _reason(exc: httpx.TransportError) -> str:
-    """The innermost cause's words (``Connection refused``), not httpx's wrapper."""
-    cause: BaseException = exc
-    for _ in range(8):  # chains are short; never loop on a cyclic one
-        inner = cause.__cause__ or cause.__context__
-        if inner is None:
-            break
-        cause = inner
-    if isinstance(cause, OSError) and cause.errno:
-        return os.strerror(cause.errno)  # asyncio words it "Connect call failed (…)"
-    return str(cause) or type(cause).__name__
-
-
-# -- programs and names -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Proc:
-    """One process as ``getAllProcessInfo`` describes it."""
-
-    name: str
-    group: str
-    state: str
-    pid: int
-    description: str
-    exitstatus: int
-    spawnerr: str
-
-    @classmethod
-    def of(cls, info: Mapping[str, Any]) -> Proc:
-        return cls(
-            name=str(info.get("name", "")),
-            group=str(info.get("group", "")),
-            state=str(info.get("statename", "UNKNOWN")),
-            pid=int(info.get("pid") or 0),
-            description=str(info.get("description", "")),
-            exitstatus=int(info.get("exitstatus") or 0),
-            spawnerr=str(info.get("spawnerr") or ""),
-        )
-
-    @property
-    def spec(self) -> str:
-        """The unambiguous name supervisord accepts."""
-        return f"{self.group}:{self.name}"
-
-    @property
-    def label(self) -> str:
-        """What supervisorctl shows: ``web`` alone when group and process share it."""
-        return self.name if self.group == self.name else self.spec
-
-    @property
-    def running(self) -> bool:
-        return self.state in RUNNING_STATES
-
-    def detail(self) -> str:
-        """State details: pid and uptime, exit status, spawn error."""
-        parts: list[str] = []
-        spawnerr = self.spawnerr
-        if self.state == "EXITED":
-            unexpected = spawnerr.startswith("Bad exit code")
-            parts.append(f"exit {self.exitstatus}" + (" (unexpected)" if unexpected else ""))
-            if unexpected:
-                spawnerr = ""
-        description = self.description.strip()
-        if description:
-            parts.append(description)
-        if spawnerr and spawnerr not in description:
-            parts.append(spawnerr)
-        return "; ".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """What a ``name`` argument names: one process, or a whole group."""
-
-    label: str
-    members: tuple[Proc, ...]
-    group: str | None = None  # set when the name is a group
-
-    @property
-    def proc(self) -> Proc:
-        return self.members[0]
-
-
-def resolve(procs: Sequence[Proc], name: str) -> Target:
-    """The process or group ``name`` means, as supervisorctl would read it; otherwise
-    ``ToolError`` with the known names (bounded) and close matches."""
-    name = name.strip()
-    if name.endswith((":*", ":")):
-        group = name.rsplit(":", 1)[0]
-        members = tuple(p for p in procs if p.group == group)
-        if members:
-            return Target(label=group, members=members, group=group)
-    elif ":" in name:
-        for p in procs:
-            if p.spec == name:
-                return Target(label=p.label, members=(p,))
-    else:
-        for p in procs:
-            if p.group == name and p.name == name:
-                return Target(label=p.label, members=(p,))
-        members = tuple(p for p in procs if p.group == name)
-        if members:
-            return Target(label=name, members=members, group=name)
-        same = [p for p in procs if p.name == name]
-        if len(same) == 1:
-            return Target(label=same[0].label, members=(same[0],))
-        if len(same) > 1:
-            options = ", ".join(p.spec for p in same[:KNOWN_NAMES_SHOWN])
-            raise ToolError(f"{name!r} is ambiguous: say which one ({options})")
-    raise ToolError(unknown_name(name, known_names(procs)))
-
-
-def known_names(procs: Sequence[Proc]) -> list[str]:
-    """Every name a user may pass: processes and (multi-process) groups."""
-    names = {p.label for p in procs}
-    names.update(p.group for p in procs if p.group != p.name)
-    return sorted(names)
-
-
-def unknown_name(name: str, known: Sequence[str]) -> str:
-    """An error message naming close matches and at most ``KNOWN_NAMES_SHOWN`` names."""
-    if not known:
-        return f"no program named {name!r}: supervisord runs no programs"
-    shown = ", ".join(known[:KNOWN_NAMES_SHOWN])
-    more = len(known) - KNOWN_NAMES_SHOWN
-    text = f"no program named {name!r}; known: {shown}"
-    if more > 0:
-        text += f" … and {more} more (supervisor_status lists them)"
-    close = difflib.get_close_matches(name, known, n=3)
-    if close:
-        text += f". Did you mean {' or '.join(repr(c) for c in close)}?"
-    return text
-
-
-def status_lines(procs: Sequence[Proc]) -> list[str]:
-    """One aligned line per process: name, state, details."""
-    width = max((len(p.label) for p in procs), default=0)
-    state_width = max((len(p.state) for p in procs), default=0)
-    lines = []
-    for p in procs:
-        lines.append(f"{p.label:<{width}}  {p.state:<{state_width}}  {p.detail()}".rstrip())
-    return lines
-
-
-def summary(procs: Sequence[Proc]) -> str:
-    counts: dict[str, int] = {}
-    for p in procs:
-        counts[p.state] = counts.get(p.state, 0) + 1
-    states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=_state_order))
-    noun = "program" if len(procs) == 1 else "programs"
-    return f"{len(procs)} {noun}: {states}"
-
-
-def _state_order(item: tuple[str, int]) -> tuple[int, str]:
-    # Problems first: what needs attention should survive any truncation.
-    state = item[0]
-    return (1 if state == "RUNNING" else 0, state)
-
-
-def _problems_first(procs: Sequence[Proc]) -> list[Proc]:
-    return sorted(procs, key=lambda p: (p.state == "RUNNING", p.label))
 
 
 # -- the tools ----------------------------------------------------------------------
@@ -418,7 +89,7 @@ class Supervisor:
         if name is None:
             if not procs:
                 return "supervisord runs no programs"
-            chosen = _problems_first(procs)
+            chosen = problems_first(procs)
         else:
             chosen = list(resolve(procs, name).members)
         lines = [summary(chosen), *status_lines(chosen[:MAX_LINES])]

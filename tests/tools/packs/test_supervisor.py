@@ -24,15 +24,9 @@ from bot.agent.tools import CallContext, Tool
 from bot.errors import ConfigError, ToolError
 from tests.tools.packs.supervisor_backend import ManagedSupervisor, Program, alive
 from tools.packs import Pack, PackConfig, load_packs
-from tools.packs.supervisor import (
-    KNOWN_NAMES_SHOWN,
-    SupervisorClient,
-    SupervisorFault,
-    build,
-    make_tools,
-    parse_url,
-    unknown_name,
-)
+from tools.packs.supervisor import build, make_tools
+from tools.packs.supervisor_procs import KNOWN_NAMES_SHOWN, unknown_name
+from tools.packs.supervisor_rpc import SupervisorClient, SupervisorFault, parse_url
 
 WORKER_NAMES = "%(program_name)s_%(process_num)02d"
 PROGRAMS = (
