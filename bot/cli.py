@@ -31,6 +31,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help='when the demo service "web" starts to degrade (default 20)',
     )
+    trace = sub.add_parser(
+        "trace",
+        help="what a job did: model calls, tool calls, approvals, how it ended (from Redis)",
+    )
+    trace.add_argument(
+        "target",
+        metavar="JOB",
+        help="a job id (C123:1700000000.000100:j1), a thread (C123:1700000000.000100) "
+        "or a Slack message link",
+    )
+    trace.add_argument("--json", action="store_true", help="one JSON object per job")
     from tools.cli import add_parser as add_tools_parser
 
     add_tools_parser(sub)
@@ -51,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_dev(Path(args.dir).resolve(), args.port, args.degrade_after))
     if args.command in ("serve", "socket"):
         return _serve(socket=args.command == "socket")
+    if args.command == "trace":
+        from bot.tracecmd import main as trace_main
+
+        return trace_main(args.target, as_json=args.json)
     if args.command == "tools":
         from tools.cli import main as tools_main
 

@@ -454,6 +454,9 @@ class Turns:
         )
         try:
             result = await run(config, record.progress, decision)
+            # What came after the last checkpoint (the approval asked for, the run's end)
+            # is written before the job's status says it ended or paused.
+            await trace.flush(self.redis, self.keys)
             follow = await self._end(session.record, result, fence, inject.seen_seq)
         finally:
             if reporter is not None:

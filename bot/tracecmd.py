@@ -1,0 +1,308 @@
+"""``opsloop trace``: what a job did, read back from Redis, for the incident review.
+
+The target is a job id (``C123:1700000000.000100:j2``), a thread (``C123:1700000000.000100``,
+every job of it, oldest first) or a Slack message link (``…/archives/C123/p1700000000000100``,
+with ``?thread_ts=`` when it links a reply). For each job it prints the record (status,
+who started it, limits used and raised, how it ended) and its trace: every model call
+with its tokens, every tool call with its arguments and who confirmed it, every approval
+with who decided it and when, replies taken in mid-turn, fallbacks, condensing and each
+run's end. ``--json`` prints one JSON object per job instead (for ``jq``).
+
+Only reads: it needs ``REDIS_URL`` (and ``OPSLOOP_REDIS_PREFIX`` when the bot uses one),
+nothing of Slack or the model. Jobs, traces and approvals are kept 30 days.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
+
+from bot.errors import ConfigError, StoreError
+from bot.store.approvals import ApprovalRecord, Approvals
+from bot.store.connection import connect, translated
+from bot.store.jobs import JobRecord, Jobs
+from bot.store.keys import Keys, Thread
+from bot.store.trace import (
+    ApprovalEntry,
+    CondenseEntry,
+    EndEntry,
+    FallbackEntry,
+    InjectEntry,
+    LimitEntry,
+    ModelCallEntry,
+    ToolEntry,
+    TraceEntry,
+    read_trace,
+)
+
+MAX_JOBS = 200  # a thread's jobs shown at most (the newest)
+ARGS_CHARS = 300  # a tool call's arguments on one line of the human rendering
+
+_CHANNEL = r"[CDG][A-Z0-9]+"
+_TS = r"\d{9,10}\.\d{6}"
+_JOB_ID = re.compile(rf"^(?P<channel>{_CHANNEL}):(?P<ts>{_TS})(?::j(?P<n>[1-9]\d*))?$")
+_LINK_PATH = re.compile(rf"^/archives/(?P<channel>{_CHANNEL})/p(?P<digits>\d{{15,16}})/?$")
+TARGET_FORMS = (
+    "a job id (C123:1700000000.000100:j1), a thread (C123:1700000000.000100) "
+    "or a Slack message link (https://…/archives/C123/p1700000000000100)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    thread: Thread
+    job: int | None = None  # None: every job of the thread
+
+
+def parse_target(text: str) -> Target:
+    """The thread (and job) ``text`` names; ``ValueError`` saying what is accepted."""
+    text = text.strip()
+    if found := _JOB_ID.match(text):
+        n = found["n"]
+        return Target(Thread(found["channel"], found["ts"]), int(n) if n else None)
+    parts = urlsplit(text)
+    if parts.scheme in ("http", "https") and (found := _LINK_PATH.match(parts.path)):
+        digits = found["digits"]
+        ts = f"{digits[:-6]}.{digits[-6:]}"
+        thread_ts = parse_qs(parts.query).get("thread_ts", [ts])[0]
+        if not re.fullmatch(_TS, thread_ts):
+            raise ValueError(f"the link's thread_ts {thread_ts!r} is not a Slack timestamp")
+        return Target(Thread(found["channel"], thread_ts))
+    raise ValueError(f"cannot read {text[:200]!r}: give {TARGET_FORMS}")
+
+
+@dataclass
+class JobTrace:
+    job: JobRecord
+    entries: list[TraceEntry]
+    approvals: dict[str, ApprovalRecord] = field(default_factory=dict)  # by call id
+
+
+async def load(redis_url: str, keys: Keys, target: Target) -> list[JobTrace]:
+    """The target's jobs with their traces and approvals, oldest first (may be empty)."""
+    redis = connect(redis_url, max_connections=4)
+    try:
+        jobs, approvals = Jobs(redis, keys), Approvals(redis, keys)
+        if target.job is not None:
+            numbers = [target.job]
+        else:
+            async with translated("trace jobs counter"):
+                raw = await redis.get(keys.jobs_counter(target.thread))
+            count = int(raw or 0)
+            numbers = list(range(max(count - MAX_JOBS, 0) + 1, count + 1))
+        found: list[JobTrace] = []
+        for n in numbers:
+            record = await jobs.get(target.thread.job_id(n))
+            if record is None:
+                continue
+            entries = await read_trace(redis, keys, record.id)
+            trace = JobTrace(record, entries)
+            for entry in entries:
+                if isinstance(entry, ApprovalEntry) and entry.call_id not in trace.approvals:
+                    approval = await approvals.get(record.id, entry.call_id)
+                    if approval is not None:
+                        trace.approvals[entry.call_id] = approval
+            found.append(trace)
+        return found
+    finally:
+        await redis.aclose()
+
+
+# -- rendering ------------------------------------------------------------------------
+
+
+def _clock(at: float) -> str:
+    moment = datetime.datetime.fromtimestamp(at, datetime.UTC)
+    return f"{moment:%H:%M:%S}.{moment.microsecond // 100_000}"
+
+
+def _date(at: float) -> str:
+    return f"{datetime.datetime.fromtimestamp(at, datetime.UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _secs(value: float) -> str:
+    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _usage(entry: ModelCallEntry | EndEntry) -> str:
+    usage = entry.usage
+    if usage is None:
+        return ""
+    cached = f" ({_n(usage.cached_tokens)} cached)" if usage.cached_tokens else ""
+    return f"{_n(usage.prompt_tokens)} in{cached} / {_n(usage.completion_tokens)} out tokens"
+
+
+def _decision(approval: ApprovalRecord | None) -> str:
+    if approval is None:
+        return "its record is gone"
+    if approval.status == "pending":
+        return f"pending, expires {_date(approval.expires_at)}"
+    if approval.status == "expired":
+        return f"expired at {_clock(approval.decided_at or approval.expires_at)}"
+    by = f" by {approval.decided_by}" if approval.decided_by else ""
+    when = f" at {_clock(approval.decided_at)}" if approval.decided_at else ""
+    return f"{approval.status}{by}{when}"
+
+
+def _line(entry: TraceEntry, trace: JobTrace) -> tuple[str, str]:
+    """The kind column and the description of one entry."""
+    match entry:
+        case ModelCallEntry():
+            parts = [f"iteration {entry.iteration}", entry.model, _secs(entry.duration_s)]
+            if entry.attempt and entry.attempt > 1:
+                parts.append(f"attempt {entry.attempt}")
+            if entry.error is not None:
+                parts.append(f"failed: {entry.error}")
+            else:
+                parts.append(_usage(entry))
+                if entry.tool_calls:
+                    parts.append(_plural(entry.tool_calls, "tool call"))
+            return "model", " · ".join(parts)
+        case ToolEntry():
+            args = entry.arguments or ""
+            if len(args) > ARGS_CHARS:
+                args = args[: ARGS_CHARS - 1] + "…"
+            head = f"{entry.tool} {args}".rstrip()
+            if not entry.ran:
+                outcome = "not run"
+            elif entry.is_error:
+                outcome = f"error after {_secs(entry.duration_s)}"
+            else:
+                outcome = f"ran {_secs(entry.duration_s)}"
+            parts = [head, "dry run" if entry.dry_run else outcome]
+            if entry.dry_run:
+                parts[1] = f"dry run, {outcome}"
+            parts.append(f"{_n(entry.output_chars)} chars out")
+            if entry.confirmed_by:
+                parts.append(f"confirmed by {entry.confirmed_by}")
+            return "tool", " · ".join(parts)
+        case ApprovalEntry():
+            approval = trace.approvals.get(entry.call_id)
+            category = f"{approval.category}, " if approval is not None else ""
+            asked = f"{entry.tool} ({category}call {entry.call_id})"
+            return "approval", f"{asked} · {_decision(approval)}"
+        case InjectEntry():
+            return "message", f"{_plural(entry.count, 'message')} from the thread taken in"
+        case FallbackEntry():
+            return "fallback", f"{entry.model} → {entry.to_model}: {entry.error}"
+        case LimitEntry():
+            return "limit", f"{entry.stop_reason.value}: {entry.detail}"
+        case CondenseEntry():
+            if entry.error is not None:
+                return "condense", f"failed: {entry.error}"
+            return "condense", f"{entry.replaced} messages condensed into a summary"
+        case EndEntry():
+            reason = entry.stop_reason.value
+            head = "paused: awaiting approval" if reason == "awaiting_approval" else reason
+            parts = [
+                head,
+                _plural(entry.iterations, "iteration"),
+                _plural(entry.model_calls, "model call"),
+                _plural(entry.tool_executions, "tool run"),
+                f"{_n(entry.usage.paid)} tokens",
+            ]
+            if entry.error:
+                parts.append(entry.error)
+            return "end", " · ".join(parts)
+
+
+def render(trace: JobTrace) -> str:
+    """A job as an SRE reads it after the incident: the record, then the timeline."""
+    job, progress = trace.job, trace.job.progress
+    limits = job.limits
+    lines = [f"Job {job.id} — {job.status.value}"]
+    lines.append(
+        f"  thread {job.channel} {job.thread_ts} · started by {job.requester} · "
+        f"{_date(job.created_at)}"
+    )
+    tools = f" ({', '.join(progress.tools_used)})" if progress.tools_used else ""
+    lines.append(
+        f"  {progress.iterations} of {limits.max_iterations} iterations · "
+        f"{_n(progress.usage.paid)} of {_n(limits.token_budget)} tokens · "
+        f"{progress.active_time_s:.1f} s of {limits.deadline_s:g} s active · "
+        f"{_plural(progress.tool_executions, 'tool run')}{tools}"
+    )
+    if progress.model:
+        switches = f" (switched: {'; '.join(progress.switches)})" if progress.switches else ""
+        lines.append(f"  model {progress.model}{switches}")
+    for raised in job.raises:
+        amount = f"{raised.amount:g}" + (" s" if raised.limit == "deadline" else "")
+        lines.append(f"  Continue: {raised.limit} +{amount} by {raised.by} at {_clock(raised.at)}")
+    if job.error:
+        lines.append(f"  {'stopped' if job.status.value == 'cancelled' else 'error'}: {job.error}")
+    if not trace.entries:
+        lines.append("  (no trace entries: the job has not run yet, or its trace expired)")
+        return "\n".join(lines)
+    lines.append("")
+    for entry in trace.entries:
+        kind, text = _line(entry, trace)
+        offset = entry.at - job.created_at
+        lines.append(f"  {_clock(entry.at)}  {f'+{offset:.1f}s':>8}  {kind:<9} {text}")
+    return "\n".join(lines)
+
+
+def render_json(trace: JobTrace) -> str:
+    """One JSON object: the job record, its trace entries and its approvals."""
+    return json.dumps(
+        {
+            "job": trace.job.model_dump(mode="json"),
+            "trace": [entry.model_dump(mode="json", exclude_none=True) for entry in trace.entries],
+            "approvals": [a.model_dump(mode="json") for a in trace.approvals.values()],
+        },
+        ensure_ascii=False,
+    )
+
+
+# -- the command ----------------------------------------------------------------------
+
+
+def main(target_text: str, *, as_json: bool = False) -> int:
+    """Print the target's jobs; 0 when any was found, 1 when none or Redis failed,
+    2 when the target cannot be read."""
+    from bot.settings import load_bot_settings
+
+    try:
+        target = parse_target(target_text)
+    except ValueError as exc:
+        print(f"opsloop trace: {exc}", file=sys.stderr)
+        return 2
+    try:
+        settings = load_bot_settings()
+        settings.require("REDIS_URL")
+        assert settings.redis_url is not None
+        keys = Keys(settings.redis_prefix)
+        traces = asyncio.run(load(settings.redis_url, keys, target))
+    except (ConfigError, StoreError) as exc:
+        print(f"opsloop trace: {exc}", file=sys.stderr)
+        return 1
+    if not traces:
+        what = (
+            f"job {target.thread.job_id(target.job)}"
+            if target.job is not None
+            else f"job in thread {target.thread.channel}:{target.thread.thread_ts}"
+        )
+        print(
+            f"opsloop trace: no {what} under the prefix {keys.prefix!r} "
+            "(jobs are kept 30 days; is OPSLOOP_REDIS_PREFIX the bot's?)",
+            file=sys.stderr,
+        )
+        return 1
+    for i, trace in enumerate(traces):
+        if as_json:
+            print(render_json(trace))
+        else:
+            print(("\n" if i else "") + render(trace))
+    return 0
