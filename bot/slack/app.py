@@ -14,6 +14,7 @@ import asyncio
 import gc
 import logging
 import re
+import signal
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -264,9 +265,12 @@ class SlackBot:
 
     # -- HTTP -----------------------------------------------------------------------
 
-    def web_app(self) -> web.Application:
+    def web_app(self, *, events: bool = True) -> web.Application:
+        """The HTTP app: ``/slack/events`` (unless ``events`` is off, for Socket Mode),
+        ``/healthz`` and ``/metrics``."""
         app = web.Application(client_max_size=1024 * 1024)
-        app.router.add_post("/slack/events", self._events)
+        if events:
+            app.router.add_post("/slack/events", self._events)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/metrics", self._metrics)
         return app
@@ -437,18 +441,33 @@ def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
 
 
 def socket_mode(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
-    """Run ``opsloop socket``: the same app over Socket Mode (``SLACK_APP_TOKEN``)."""
+    """Run ``opsloop socket``: the same app over Socket Mode (``SLACK_APP_TOKEN``), with
+    ``GET /healthz`` and ``GET /metrics`` on ``HOST``:``PORT`` as ``serve`` has them (no
+    request URL: events and clicks arrive over the websocket). SIGTERM or SIGINT closes
+    the connection and stops cleanly; unacknowledged envelopes are redelivered by Slack."""
     from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
     slack = SlackBot(bot, llm, tools, socket=True)
 
     async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
         await slack.start()
+        runner = web.AppRunner(slack.web_app(events=False), access_log=None)
+        await runner.setup()
         handler = AsyncSocketModeHandler(slack.app, bot.slack_app_token, web_client=slack.client)
         try:
-            await handler.start_async()  # type: ignore[no-untyped-call]  # untyped in bolt
+            await web.TCPSite(runner, bot.host, bot.port).start()
+            gc.collect()
+            gc.freeze()
+            await handler.connect_async()  # type: ignore[no-untyped-call]  # untyped in bolt
+            log.info("connected to Slack over Socket Mode")
+            await stop.wait()
         finally:
             await handler.close_async()  # type: ignore[no-untyped-call]
+            await runner.cleanup()
             await slack.close()
 
     asyncio.run(main())

@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Self
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from bot.slack.fake_wire import (
     BOT_ID,
@@ -138,6 +139,23 @@ class FakeSlack:
             "chat.appendStream": self._append_stream,
             "chat.stopStream": self._stop_stream,
         }
+        self._app_token_methods: set[str] = set()  # methods called with the xapp- token
+        self._routes: list[tuple[str, str, Handler]] = []
+
+    def add_method(
+        self, name: str, handler: Callable[[Params], Reply], *, app_token: bool = False
+    ) -> None:
+        """Answer Web API method ``name`` with ``handler`` (``app_token``: it takes the
+        app-level ``xapp-`` token, as ``apps.connections.open`` does, not the bot's)."""
+        self._methods[name] = handler
+        if app_token:
+            self._app_token_methods.add(name)
+
+    def add_route(self, method: str, path: str, handler: Handler) -> None:
+        """Serve another HTTP route (a websocket, say); call before ``start``."""
+        if self._runner is not None:
+            raise RuntimeError("add routes before the fake starts")
+        self._routes.append((method, path, handler))
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -145,6 +163,8 @@ class FakeSlack:
         """Bind a free loopback port and start answering."""
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
+        for method, path, handler in self._routes:
+            app.router.add_route(method, path, handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, 0)
@@ -297,8 +317,11 @@ class FakeSlack:
     ) -> tuple[int, dict[str, str], Reply]:
         if not token:
             return 200, {}, {"ok": False, "error": "not_authed"}
-        if not token.startswith("xoxb-"):
-            return 200, {}, {"ok": False, "error": "invalid_auth"}
+        wanted = "xapp-" if method in self._app_token_methods else "xoxb-"
+        if not token.startswith(wanted):
+            known = token.startswith(("xoxb-", "xapp-"))
+            error = "not_allowed_token_type" if known else "invalid_auth"
+            return 200, {}, {"ok": False, "error": error}
         fault = self._take_fault(method)
         if fault is not None:
             headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}

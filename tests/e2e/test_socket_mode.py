@@ -1,0 +1,161 @@
+"""``opsloop socket`` end to end: the bot opens Socket Mode with the app token through the
+fake Slack's ``apps.connections.open``, and events and clicks arrive over the websocket as
+Slack sends them — acked only once persisted, redelivered when not, a refreshed
+connection picked up again — with the same behaviour as over HTTP."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+
+from bot.llm.scripted import Reply
+from bot.slack.fake import FakeSlack
+from bot.slack.fake_socket import FakeSocketMode
+from bot.store.managed import ManagedRedis
+
+from .approvals_kit import call_then_answer, runs, texts, tools_yml, wait_card
+from .conftest import StartBot
+from .harness import ScriptedModel, click_body, event_body, mention, steps
+
+APP_TOKEN = "xapp-1-A0OPSLOOP-1-0123456789abcdef"
+SOCKET = {"SLACK_APP_TOKEN": APP_TOKEN, "SLACK_SIGNING_SECRET": None}
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[FakeSlack, FakeSocketMode]]:
+    slack = FakeSlack(usergroups={"SOPS": ["UAPPROVER1", "UAPPROVER2"]})
+    socket = FakeSocketMode(slack)
+    async with slack:
+        yield slack, socket
+        await socket.close()
+
+
+@pytest.fixture
+def slack(fake: tuple[FakeSlack, FakeSocketMode]) -> FakeSlack:
+    return fake[0]
+
+
+@pytest.fixture
+def socket(fake: tuple[FakeSlack, FakeSocketMode]) -> FakeSocketMode:
+    return fake[1]
+
+
+@pytest.fixture
+def bot_argv() -> tuple[str, ...]:
+    return (sys.executable, "-m", "bot", "socket")
+
+
+def event(payload: dict[str, Any], **options: Any) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(event_body(payload, **options))
+    return body
+
+
+def click(message: Any, user: str, button: str, slack: FakeSlack) -> dict[str, Any]:
+    form = click_body(
+        message.as_slack(), message.channel, user, slack.api_url + "response", text=button
+    )
+    payload: dict[str, Any] = json.loads(parse_qs(form.decode())["payload"][0])
+    return payload
+
+
+async def test_a_mention_over_socket_mode_is_acked_and_answered(
+    bot: StartBot, slack: FakeSlack, socket: FakeSocketMode, model: ScriptedModel
+) -> None:
+    model.policy = steps(Reply(content="web-03 is fine: CPU 12%."))  # type: ignore[arg-type]
+    serve = await bot(**SOCKET)
+    await socket.wait_connected()
+    assert [c.method for c in slack.calls].count("apps.connections.open") == 1
+    status, health = await serve.get("/healthz")
+    assert status == 200 and json.loads(health) == {"ok": True}
+    assert (await serve.post_event(b"{}"))[0] == 404  # no request URL in Socket Mode
+
+    mentioned = mention("C1", "U1", "web-03 is at 95% CPU, look into it")
+    ack = await socket.send_event(event(mentioned))
+    assert ack is not None and set(ack) == {"envelope_id"}
+    await slack.wait_for(
+        lambda: any(t.startswith("web-03 is fine") for t in texts(slack, "C1", mentioned["ts"])),
+        timeout=30,
+    )
+    bot_messages = [m for m in slack.messages("C1", mentioned["ts"]) if m.user == "UBOT"]
+    assert len(bot_messages) == 2  # the status message, then the answer
+    assert len(model.requests) == 1
+    assert await serve.stop(timeout=10) == 0  # SIGTERM: the connection closed, a clean exit
+    assert socket.open_connections == 0
+
+
+async def test_a_redelivered_envelope_starts_nothing_new(
+    bot: StartBot, slack: FakeSlack, socket: FakeSocketMode, model: ScriptedModel
+) -> None:
+    model.policy = steps(Reply(content="Done."))  # type: ignore[arg-type]
+    await bot(**SOCKET)
+    await socket.wait_connected()
+    mentioned = mention("C1", "U1", "check web-03")
+    body = event(mentioned)
+    assert await socket.send_event(body) is not None
+    # Slack redelivers when it missed the ack: same event id, a new envelope, a retry count.
+    again = await socket.send_event(body, retry_attempt=1, retry_reason="timeout")
+    assert again is not None
+    await slack.wait_for(lambda: "Done." in texts(slack, "C1", mentioned["ts"]), timeout=30)
+    await slack.wait_for(lambda: len(model.requests) >= 1, timeout=5)
+    assert len(model.requests) == 1
+    assert texts(slack, "C1", mentioned["ts"]).count("Done.") == 1
+
+
+async def test_approve_over_socket_mode_runs_the_call_once_as_the_clicker(
+    bot: StartBot,
+    slack: FakeSlack,
+    socket: FakeSocketMode,
+    model: ScriptedModel,
+    tmp_path: Path,
+) -> None:
+    tools, log = tools_yml(tmp_path)
+    model.policy = call_then_answer("restart_service", {"service": "nginx"})  # type: ignore[assignment]
+    await bot(OPSLOOP_TOOLS=tools, OPSLOOP_APPROVERS="UAPPROVER1,SOPS", **SOCKET)
+    await socket.wait_connected()
+    mentioned = mention("C1", "U1", "restart nginx on web-03")
+    assert await socket.send_event(event(mentioned)) is not None
+    card = await wait_card(slack, "C1", mentioned["ts"])
+
+    refused = await socket.send_interactive(click(card, "UMALLORY", "Approve", slack))
+    assert refused is not None
+    await slack.wait_for(lambda: bool(slack.ephemerals("C1", "UMALLORY")), timeout=10)
+    assert "approver" in slack.ephemerals("C1", "UMALLORY")[0].text
+    assert runs(log) == []
+
+    ack = await socket.send_interactive(click(card, "UAPPROVER1", "Approve", slack))
+    assert ack is not None
+    await slack.wait_for(
+        lambda: any(t.startswith("Result:") for t in texts(slack, "C1", mentioned["ts"])),
+        timeout=30,
+    )
+    done = runs(log, tool="restart_service")
+    assert [r["env_confirmed_by"] for r in done] == ["UAPPROVER1"]
+    await slack.wait_for(
+        lambda: "Approved by <@UAPPROVER1>" in slack.message("C1", card.ts).text, timeout=10
+    )
+
+
+async def test_a_refreshed_connection_is_opened_again_and_keeps_serving(
+    bot: StartBot, slack: FakeSlack, socket: FakeSocketMode, model: ScriptedModel
+) -> None:
+    model.policy = steps(Reply(content="Still here."))  # type: ignore[arg-type]
+    await bot(**SOCKET)
+    await socket.wait_connected()
+    await socket.disconnect("refresh_requested")
+    await socket.wait_connections(2)
+    assert [c.method for c in slack.calls].count("apps.connections.open") == 2
+    mentioned = mention("C1", "U1", "are you there?")
+    assert await socket.send_event(event(mentioned)) is not None
+    await slack.wait_for(lambda: "Still here." in texts(slack, "C1", mentioned["ts"]), timeout=30)
+
+
+async def test_socket_mode_needs_the_app_token(bot: StartBot, redis_server: ManagedRedis) -> None:
+    proc = await bot(wait=False, SLACK_SIGNING_SECRET=None)
+    assert await proc.wait_exit() != 0
+    assert "SLACK_APP_TOKEN: required" in proc.output()
