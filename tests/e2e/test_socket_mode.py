@@ -5,6 +5,7 @@ connection picked up again — with the same behaviour as over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -159,3 +160,27 @@ async def test_socket_mode_needs_the_app_token(bot: StartBot, redis_server: Mana
     proc = await bot(wait=False, SLACK_SIGNING_SECRET=None)
     assert await proc.wait_exit() != 0
     assert "SLACK_APP_TOKEN: required" in proc.output()
+
+
+async def test_with_redis_down_nothing_is_acked_and_the_redelivery_is_answered(
+    bot: StartBot,
+    slack: FakeSlack,
+    socket: FakeSocketMode,
+    model: ScriptedModel,
+    redis_server: ManagedRedis,
+) -> None:
+    model.policy = steps(Reply(content="Recovered."))  # type: ignore[arg-type]
+    await bot(**SOCKET)
+    await socket.wait_connected()
+    mentioned = mention("C1", "U1", "web-03 is down")
+    body = event(mentioned)
+    await asyncio.to_thread(redis_server.stop)
+    try:
+        # Nothing could be saved, so nothing is acknowledged: Slack will redeliver.
+        assert await socket.send_event(body, timeout=5) is None
+    finally:
+        await asyncio.to_thread(redis_server.start)
+    assert not [m for m in slack.messages("C1", mentioned["ts"]) if m.user == "UBOT"]
+    again = await socket.send_event(body, retry_attempt=1, retry_reason="timeout", timeout=10)
+    assert again is not None
+    await slack.wait_for(lambda: "Recovered." in texts(slack, "C1", mentioned["ts"]), timeout=30)
