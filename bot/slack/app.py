@@ -23,7 +23,7 @@ import aiohttp
 import httpx
 import redis.asyncio as aioredis
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -80,11 +80,51 @@ class Metrics:
             "opsloop_jobs", "Jobs by final status", ["status"], registry=self.registry
         )
         self.model_calls = Counter("opsloop_model_calls", "Model calls", registry=self.registry)
+        self.model_errors = Counter(
+            "opsloop_model_errors",
+            "Model calls that failed (each attempt)",
+            ["model"],
+            registry=self.registry,
+        )
+        self.model_seconds = Histogram(
+            "opsloop_model_seconds",
+            "Time of each model call, to its last byte",
+            ["model"],
+            buckets=(0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
+            registry=self.registry,
+        )
+        self.model_tokens = Counter(
+            "opsloop_model_tokens",
+            "Tokens the provider reported: prompt (cached included), cached, completion",
+            ["model", "kind"],
+            registry=self.registry,
+        )
         self.tools = Counter(
             "opsloop_tool_executions",
             "Tool executions",
             ["tool", "outcome"],
             registry=self.registry,
+        )
+        self.tool_seconds = Histogram(
+            "opsloop_tool_seconds",
+            "Time of each tool run",
+            ["tool"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self.redis_up = Gauge(
+            "opsloop_redis_up", "1 when Redis answered this scrape", registry=self.registry
+        )
+        # Read from Redis at each scrape (the whole workspace, every process); absent
+        # when Redis does not answer rather than a stale figure.
+        self.live = CollectorRegistry()
+        self.live_jobs = Gauge(
+            "opsloop_live_jobs",
+            "Jobs queued, running or awaiting approval",
+            registry=self.live,
+        )
+        self.pending_approvals = Gauge(
+            "opsloop_pending_approvals", "Approval cards waiting for a decision", registry=self.live
         )
         self.ack = Histogram(
             "opsloop_ack_seconds",
@@ -115,8 +155,17 @@ class _Reporter:
         metrics = self.metrics
         if isinstance(event, ToolEnd) and event.ran and not event.dry_run:
             metrics.tools.labels(event.tool, "error" if event.is_error else "ok").inc()
+            metrics.tool_seconds.labels(event.tool).observe(event.duration_s)
         elif isinstance(event, ModelRequestEnd):
             metrics.model_calls.inc()
+            metrics.model_seconds.labels(event.model).observe(event.duration_s)
+            if event.usage is None:
+                metrics.model_errors.labels(event.model).inc()
+            else:
+                tokens = metrics.model_tokens
+                tokens.labels(event.model, "prompt").inc(event.usage.prompt_tokens)
+                tokens.labels(event.model, "cached").inc(event.usage.cached_tokens)
+                tokens.labels(event.model, "completion").inc(event.usage.completion_tokens)
         elif isinstance(event, RunEnd):
             self.ended = True
             if event.result.stop_reason is not AWAITING:
@@ -293,7 +342,24 @@ class SlackBot:
         return web.json_response({"ok": True})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
+        metrics = self.metrics
+        body = b""
+        try:
+            async with asyncio.timeout(HEALTH_TIMEOUT_S), translated("metrics"):
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.zcard(self.keys.active_jobs())
+                    pipe.zcard(self.keys.approval_expiries())
+                    live, pending = await pipe.execute()
+        except (StoreError, TimeoutError):
+            metrics.redis_up.set(0)
+        else:
+            metrics.redis_up.set(1)
+            metrics.live_jobs.set(live)
+            metrics.pending_approvals.set(pending)
+            body = generate_latest(metrics.live)
+        return web.Response(
+            body=generate_latest(metrics.registry) + body, content_type="text/plain"
+        )
 
     # -- listeners --------------------------------------------------------------------
 
