@@ -104,6 +104,8 @@ def status_message(progress: Progress, *, final: bool = False, stop_button: bool
     context = [f"*{state}* · {stats}"]
     if p.model:
         context.append(f"`{escaped(p.model, 200)}`")
+    if final:  # what `opsloop trace` takes, for the review after the incident
+        context.append(f"job `{escaped(p.job_id, 200)}`")
     blocks: list[Block] = [context_block(*context)]
     shown = list(p.finished)[-MAX_TOOL_LINES:]
     lines = []

@@ -150,6 +150,14 @@ def test_status_final_and_stopping_have_no_stop_button() -> None:
     assert buttons(stopping) == [] and stopping.text.startswith("Stopping")
 
 
+def test_a_finished_status_names_the_job_for_opsloop_trace() -> None:
+    job = "C1:1700000000.000100:j2"
+    final = status_message(progress(job_id=job), final=True)
+    assert f"job `{job}`" in final.blocks[0]["elements"][-1]["text"]
+    assert job not in final.text  # the notification text stays short
+    assert job not in str(status_message(progress(job_id=job)).blocks[0])  # not while running
+
+
 def test_status_caps_finished_tools_and_cuts_long_results() -> None:
     finished = [ToolLine(f"t{i}", "word " * 500, i % 2 == 0) for i in range(30)]
     msg = status_message(progress(finished=finished))
