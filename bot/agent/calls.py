@@ -26,6 +26,7 @@ from bot.agent.guard import Aborted, AbortKind, guarded
 from bot.agent.messages import ToolCall
 from bot.agent.observe import ERROR_PREFIX, to_text, truncation_note
 from bot.agent.ports import Approved, ConfirmRequest, Decision, Denied, Pending
+from bot.agent.redact import redact_secrets_in_turns
 from bot.agent.state import PendingApproval, RunState
 from bot.agent.tools import (
     CONFIRMED_BY,
@@ -348,6 +349,7 @@ class CallRunner:
             log.warning("tool %s raised", tool.name, exc_info=True)
             text = f"Error: {type(exc).__name__}: {to_text(str(exc))}"
         duration = clock.monotonic() - started
+        text = await redact_secrets_in_turns(text)  # before anything keeps or shows it
         is_error = text.startswith(ERROR_PREFIX)
         if not dry_run:
             self._state.tool_executions += 1
