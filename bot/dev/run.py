@@ -79,6 +79,7 @@ class DevStack:
     _stops: list[Callable[[], object]] = field(default_factory=list)
     bot: asyncio.subprocess.Process | None = None
     page_url: str = ""
+    managed_redis_url: str = ""  # the managed redis-server's address, when it is ours
 
     async def start(self) -> None:
         from bot.dev.emulator import DevUser, Emulator
@@ -91,7 +92,7 @@ class DevStack:
         if not redis_url:
             managed = ManagedRedis(self.folder / "redis").start()  # ConfigError if missing
             self._stops.append(managed.stop)
-            redis_url = managed.url
+            redis_url = self.managed_redis_url = managed.url
         env["REDIS_URL"] = redis_url
 
         if self.environ.get("OPSLOOP_TOOLS"):
@@ -218,6 +219,12 @@ async def run_dev(folder: Path, page_port: int, degrade_after_s: float = 20.0) -
                 ' mention @opsloop on the page (e.g. "@opsloop web is slow, look into it")',
                 flush=True,
             )
+        redis_url = stack.managed_redis_url or "<your REDIS_URL>"
+        print(
+            f"opsloop dev: what a job did, afterwards: REDIS_URL={redis_url} "
+            "opsloop trace <the job id on its finished status message>",
+            flush=True,
+        )
         assert stack.bot is not None
         bot_exit = asyncio.create_task(stack.bot.wait())
         stop_wait = asyncio.create_task(stopping.wait())

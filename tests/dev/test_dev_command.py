@@ -79,6 +79,17 @@ async def test_when_the_bot_dies_everything_it_started_is_stopped(
     cleanup.append(proc)
     seen: list[str] = []
     await read_until(proc, r"open http://", seen)
+    # The hint it prints for `opsloop trace` names the managed Redis, which answers.
+    hint = await read_until(proc, r"opsloop trace", seen)
+    found = re.search(r"REDIS_URL=(redis://127\.0\.0\.1:\d+\S*) opsloop trace", hint)
+    assert found, hint
+    trace = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "trace", "C1:1700000000.000100",
+        env={**os.environ, "REDIS_URL": found[1]},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(trace.communicate(), 30)
+    assert trace.returncode == 1 and err.decode().startswith("opsloop trace: no job in thread")
     started = processes_using(folder) | descendants(proc.pid)
     bots = [pid for pid in descendants(proc.pid) if argv_of(pid)[1:4] == ["-m", "bot", "serve"]]
     assert len(bots) == 1 and len(started) >= 3  # redis-server, web, the bot
