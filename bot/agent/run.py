@@ -44,6 +44,7 @@ from bot.agent.messages import (
 )
 from bot.agent.ports import Decision, DeltaSink
 from bot.agent.recovery import Action
+from bot.agent.redact import redact_secrets
 from bot.agent.repetition import RepetitionDetected, RepetitionDetector
 from bot.agent.responses import account, message_chars, normalize
 from bot.agent.state import PendingApproval, PendingBatch, RunResult, RunState, StopReason
@@ -265,7 +266,9 @@ class _Run:
         if not items:
             return
         for item in items:
-            text = f"<@{item.author}>: {item.text}" if item.author else item.text
+            # A credential pasted in the channel is not passed on to the model provider.
+            said = redact_secrets(item.text)
+            text = f"<@{item.author}>: {said}" if item.author else said
             self.append(UserMessage(content=text, source_id=item.id))
         await self.config.memory.flush()  # durable before anyone sees an ack
         await inject.ack(items)

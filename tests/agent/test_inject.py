@@ -154,6 +154,22 @@ async def test_injected_message_content_and_source_id(clock: FakeClock) -> None:
     assert without.source_id == "m2"
 
 
+async def test_a_credential_pasted_in_the_thread_is_not_sent_to_the_model(
+    clock: FakeClock,
+) -> None:
+    pasted = "try with this: curl -H 'Authorization: Bearer s3cr3t-t0k3n' https://web-03/"
+    queue = Queue([[Injected(id="m1", text=pasted, author="U1")]])
+    model = ScriptedModel([text("noted")])
+    memory = InMemoryHistory()
+    result = await run(make_config(model, memory=memory, inject=queue, clock=clock))
+
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    (message,) = injected_users(memory.messages)
+    assert "s3cr3t" not in message.content
+    assert "Authorization: Bearer [redacted]" in message.content
+    assert "s3cr3t" not in str(model.requests[0].messages)
+
+
 async def test_injected_messages_reach_the_next_model_request(clock: FakeClock) -> None:
     queue = Queue(
         [
