@@ -75,21 +75,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(*, socket: bool) -> int:
-    import logging
-
+    from bot import logs
     from bot.errors import ConfigError
     from bot.settings import load_bot_settings, load_llm_settings, load_tool_settings
     from bot.slack.app import serve, socket_mode
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # One INFO line per HTTP request (every model call, every Slack call) is noise that
-    # costs CPU on the ack path's event loop; failures are still logged by opsloop.
-    for chatty in ("httpx", "httpcore"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    logs.configure()
     try:
         bot, llm, tools = load_bot_settings(), load_llm_settings(), load_tool_settings()
+        logs.configure(secrets=[*bot.secret_values(), *llm.secret_values()])
         (socket_mode if socket else serve)(bot, llm, tools)
     except ConfigError as exc:
         print(f"opsloop: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@ becomes a ``ConfigError`` naming it (the CLI prints that one line and exits).
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,6 +21,24 @@ ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 DEFAULT_CONTEXT_TOKENS = 128_000
 DEFAULT_CONDENSE_AT = 0.8
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
+
+
+def _secret_values(settings: BaseSettings) -> list[str]:
+    """The values of the fields kept out of ``repr`` (tokens, keys, URLs that may carry a
+    password), for masking in logs; of a URL, only its password."""
+    found: list[str] = []
+    for name, info in type(settings).model_fields.items():
+        value = getattr(settings, name)
+        if info.repr or not isinstance(value, str) or not value:
+            continue
+        if "://" in value:
+            password = urlsplit(value).password
+            if password:
+                found.append(unquote(password))
+                found.append(password)
+        else:
+            found.append(value)
+    return found
 
 
 class LLMSettings(BaseSettings):
@@ -55,6 +74,9 @@ class LLMSettings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
+
+    def secret_values(self) -> list[str]:
+        return _secret_values(self)
 
     @property
     def effective_base_url(self) -> str:
@@ -168,6 +190,9 @@ class BotSettings(BaseSettings):
         # slack-sdk joins base URL and method with urljoin: without the slash the last
         # path segment is dropped.
         return value if value.endswith("/") else value + "/"
+
+    def secret_values(self) -> list[str]:
+        return _secret_values(self)
 
     @property
     def approver_ids(self) -> list[str]:

@@ -48,7 +48,7 @@ _AUTHORIZATION = re.compile(
     r"(?:(bearer|basic|token|digest|negotiate)\s+)?([^\s\"',;]+)"
 )
 _COOKIE = re.compile(r"(?im)\b((?:set-)?cookie\s*:\s*)[^\r\n]+")
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+(@)")
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(@)")
 # Starts at the keyword (whatever precedes it, ``db_`` in ``db_password``, is kept as is).
 _KEYED = re.compile(
     r"(?i)((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import httpx
 
+from bot.agent.redact import redact_secrets
 from bot.errors import (
     ContextOverflowError,
     ModelAuthError,
@@ -67,7 +68,13 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 
 
 def _details(body: str) -> tuple[str, str | None]:
-    """The provider's message and error code from an error body (any shape)."""
+    """The provider's message (scrubbed: some echo the API key) and error code from an
+    error body (any shape)."""
+    message, code = _raw_details(body)
+    return redact_secrets(message), code
+
+
+def _raw_details(body: str) -> tuple[str, str | None]:
     try:
         data = json.loads(body)
     except ValueError:
@@ -106,7 +113,7 @@ def error_from_exception(exc: BaseException, *, model: str) -> ModelError:
     if isinstance(exc, ModelError):
         return exc
     kind = type(exc).__name__
-    detail = (str(exc) or kind)[:MAX_MESSAGE_CHARS]
+    detail = redact_secrets((str(exc) or kind)[:MAX_MESSAGE_CHARS])
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return ModelUnavailableError(f"{model}: timed out ({kind})", model=model)
     if isinstance(exc, httpx.TransportError):

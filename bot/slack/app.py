@@ -31,7 +31,6 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.events import Event, ModelRequestEnd, RunEnd, ToolEnd
 from bot.agent.ports import Injected
@@ -41,6 +40,7 @@ from bot.llm.chain import build_chain
 from bot.llm.condense import ModelCondenser
 from bot.llm.http import make_http_client
 from bot.prompts import load_system_prompt
+from bot.scrub import Scrubber
 from bot.settings import BotSettings, LLMSettings, ToolSettings
 from bot.slack.actions import Interactions
 from bot.slack.blocks import (
@@ -49,6 +49,7 @@ from bot.slack.blocks import (
     ACTION_DENY,
     ACTION_STOP,
 )
+from bot.slack.client import ScrubbingWebClient
 from bot.slack.policy import ApproverPolicy
 from bot.slack.progress import JobProgress, budget_sender
 from bot.slack.updates import UpdateBudget
@@ -222,7 +223,8 @@ class SlackBot:
             tools_file=self.tool_settings.tools_file,
         )
         self.session = aiohttp.ClientSession()
-        self.client = AsyncWebClient(
+        self.client = ScrubbingWebClient(
+            scrubber=Scrubber([*settings.secret_values(), *self.llm_settings.secret_values()]),
             token=settings.slack_bot_token,
             base_url=settings.slack_api_url,
             session=self.session,

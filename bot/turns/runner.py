@@ -46,6 +46,7 @@ from bot.agent.ports import (
     Pending,
 )
 from bot.agent.state import StopReason
+from bot.errors import StoreError
 from bot.store.approvals import ApprovalRecord, Approvals, to_decision
 from bot.store.artifacts import RedisArtifacts
 from bot.store.connection import StoreConflict
@@ -454,10 +455,14 @@ class Turns:
         )
         try:
             result = await run(config, record.progress, decision)
-            # What came after the last checkpoint (the approval asked for, the run's end)
-            # is written before the job's status says it ended or paused.
-            await trace.flush(self.redis, self.keys)
             follow = await self._end(session.record, result, fence, inject.seen_seq)
+            # What came after the last checkpoint (the approval asked for, the run's end)
+            # goes to the trace once the job's status is saved (so the status is not held
+            # up by it), and before the card is posted (so a decision's entries follow).
+            try:
+                await trace.flush(self.redis, self.keys)
+            except StoreError:
+                log.warning("job %s: the end of its trace was not written", record.id)
         finally:
             if reporter is not None:
                 await reporter.aclose()

@@ -48,6 +48,7 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJ
             "db=postgres://app:s3cr3t@db-01:5432/app",
             f"db=postgres://app:{REDACTED}@db-01:5432/app",
         ),
+        ("REDIS_URL=redis://:hunter22@cache:6379/0", f"REDIS_URL=redis://:{REDACTED}@cache:6379/0"),
         ("password=hunter2 user=bob", f"password={REDACTED} user=bob"),
         (
             '{"db_password": "hunter2", "port": 5432}',

@@ -14,7 +14,7 @@ from bot.llm.scripted import Fault, Reply, ScriptedCall
 from bot.slack.fake import FakeSlack
 from bot.store.managed import ManagedRedis
 
-from .approvals_kit import texts, tools_yml, wait_card
+from .approvals_kit import texts, tools_yml, wait_card, wait_until
 from .conftest import StartBot
 from .harness import LLM_MODEL, BotProcess, ScriptedModel, mention, steps
 
@@ -66,6 +66,10 @@ async def test_metrics_count_what_the_process_did_and_what_is_open(
         lambda: "web-03 looks fine." in texts(slack, "C1", first["ts"]), timeout=30
     )
 
+    async def ended() -> bool:  # the answer is shown just before the job's final write
+        return value(await scrape(serve), "opsloop_live_jobs") == 0
+
+    await wait_until(ended, timeout=10, what="no live job")
     samples = await scrape(serve)
     assert value(samples, "opsloop_jobs_total", status="completed") == 1
     assert value(samples, "opsloop_model_calls_total") == 2
@@ -94,11 +98,15 @@ async def test_metrics_count_what_the_process_did_and_what_is_open(
     await slack.wait_for(
         lambda: any("`failed`" in t for t in texts(slack, "C2", third["ts"])), timeout=30
     )
+
+    async def only_the_paused_one() -> bool:
+        return value(await scrape(serve), "opsloop_live_jobs") == 1
+
+    await wait_until(only_the_paused_one, timeout=10, what="one live job")
     samples = await scrape(serve)
     assert value(samples, "opsloop_jobs_total", status="failed") == 1
     assert value(samples, "opsloop_model_errors_total", model=LLM_MODEL) == 1
     assert value(samples, "opsloop_model_calls_total") == 4
-    assert value(samples, "opsloop_live_jobs") == 1
 
     await asyncio.to_thread(redis_server.stop)
     try:

@@ -142,8 +142,13 @@ async def test_a_stranger_cannot_stop_the_job(
     await slack.wait_for(
         lambda: "Disk usage is at 41%." in texts(slack, "C1", event["ts"]), timeout=15
     )
+
+    # The answer is shown before the job's final write lands: wait for that write.
+    async def completed() -> bool:
+        return (await job_hash(redis_server.url, job_id))["status"] == "completed"
+
+    await wait_until(completed, timeout=10, what="the job's completed status")
     stored = await job_hash(redis_server.url, job_id)
-    assert stored["status"] == "completed"
     assert "cancel" not in stored  # no Stop was recorded
     assert not any("cancelled" in t for t in texts(slack, "C1", event["ts"]))
 

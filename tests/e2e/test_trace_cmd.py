@@ -63,9 +63,9 @@ async def test_trace_tells_the_story_of_an_approved_restart(
 
     job_id = f"C1:{event['ts']}:j1"
     deadline = time.monotonic() + 15
-    while True:  # the job's final write may land just after the answer is posted
+    while True:  # the job's final writes land just after the answer is posted
         code, out, err = await opsloop_trace(redis_server, job_id)
-        if "— completed" in out or time.monotonic() > deadline:
+        if "end       completed" in out or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.2)
     assert code == 0, err
