@@ -5,8 +5,8 @@ every job of it, oldest first) or a Slack message link (``…/archives/C123/p170
 with ``?thread_ts=`` when it links a reply). For each job it prints the record (status,
 who started it, limits used and raised, how it ended) and its trace: every model call
 with its tokens, every tool call with its arguments and who confirmed it, every approval
-with who decided it and when, replies taken in mid-turn, fallbacks, condensing and each
-run's end. ``--json`` prints one JSON object per job instead (for ``jq``).
+with who decided it and when, replies taken in mid-turn, fallbacks, condensing, each
+run's end, and the job's answer. ``--json`` prints one JSON object per job instead (for ``jq``).
 
 Only reads: it needs ``REDIS_URL`` (and ``OPSLOOP_REDIS_PREFIX`` when the bot uses one),
 nothing of Slack or the model. Jobs, traces and approvals are kept 30 days.
@@ -42,6 +42,7 @@ from bot.store.trace import (
 
 MAX_JOBS = 200  # a thread's jobs shown at most (the newest)
 ARGS_CHARS = 300  # a tool call's arguments on one line of the human rendering
+ANSWER_CHARS = 1_500  # the job's answer, shown at the end
 
 _CHANNEL = r"[CDG][A-Z0-9]+"
 _TS = r"\d{9,10}\.\d{6}"
@@ -245,12 +246,20 @@ def render(trace: JobTrace) -> str:
         lines.append(f"  {'stopped' if job.status.value == 'cancelled' else 'error'}: {job.error}")
     if not trace.entries:
         lines.append("  (no trace entries: the job has not run yet, or its trace expired)")
-        return "\n".join(lines)
-    lines.append("")
-    for entry in trace.entries:
-        kind, text = _line(entry, trace)
-        offset = entry.at - job.created_at
-        lines.append(f"  {_clock(entry.at)}  {f'+{offset:.1f}s':>8}  {kind:<9} {text}")
+    else:
+        lines.append("")
+        for entry in trace.entries:
+            kind, text = _line(entry, trace)
+            offset = entry.at - job.created_at
+            lines.append(f"  {_clock(entry.at)}  {f'+{offset:.1f}s':>8}  {kind:<9} {text}")
+    if job.output:
+        answer = job.output.strip()
+        if len(answer) > ANSWER_CHARS:
+            more = f"… [{len(job.output):,} chars; --json has it all]"
+            answer = answer[: ANSWER_CHARS - 1] + more
+        lines.append("")
+        lines.append("  answer:")
+        lines.extend(f"    {line}" for line in answer.splitlines())
     return "\n".join(lines)
 
 

@@ -83,8 +83,10 @@ async def test_trace_tells_the_story_of_an_approved_restart(
     tool = next(line for line in lines if "  tool  " in line)
     assert '"service": "nginx"' in tool and "confirmed by UAPPROVER1" in tool
     assert "paused: awaiting approval" in out
-    assert lines[-1].split(maxsplit=3)[2:] == ["end", lines[-1].split(maxsplit=3)[3]]
-    assert "completed · 2 iterations · 2 model calls · 1 tool run" in lines[-1]
+    timeline = [line for line in lines if line.startswith("  ") and "+" in line[:30]]
+    assert "end       completed · 2 iterations · 2 model calls · 1 tool run" in timeline[-1]
+    # The job's answer closes the story.
+    assert lines[lines.index("  answer:") + 1].startswith("    Result: ")
 
     # The thread and the Slack link of the mention name the same job.
     link = f"https://acme.slack.com/archives/C1/p{event['ts'].replace('.', '')}"

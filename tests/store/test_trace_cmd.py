@@ -181,6 +181,13 @@ def test_a_stopped_job_after_a_continue_reads_as_what_happened() -> None:
     ]
 
 
+def test_the_answer_closes_the_story_and_a_long_one_is_cut() -> None:
+    text = render(JobTrace(job(status=JobStatus.COMPLETED, output="web is fine.\nNo action."), []))
+    assert text.splitlines()[-3:] == ["  answer:", "    web is fine.", "    No action."]
+    long = render(JobTrace(job(output="x" * 5_000), []))
+    assert long.splitlines()[-1].endswith("… [5,000 chars; --json has it all]")
+
+
 def test_a_queued_job_has_no_timeline_yet() -> None:
     text = render(JobTrace(job(), []))
     assert text.splitlines()[0] == "Job C0INC:1780000000.000100:j2 — queued"
