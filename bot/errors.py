@@ -47,6 +47,12 @@ class StoreError(OpsloopError):
     """The durable store (Redis) failed."""
 
 
+class HandedOver(StoreError):
+    """The run stopped at a step boundary, its last step saved, so that another process
+    takes the job over (this one is shutting down). Like a store failure it abandons the
+    run without ending the job, which is why it is one."""
+
+
 class ChatError(OpsloopError):
     """The chat platform's API (Slack) failed."""
 

@@ -74,5 +74,8 @@ class AgentConfig:
     ledger: Ledger | None = None
     clock: Clock = field(default_factory=LoopClock)
     cancel: CancelToken | None = None
+    # Asked at the start of every iteration (after the previous step was saved): when it
+    # says so, the run raises ``HandedOver`` for another process to resume the job.
+    hand_over: Callable[[], bool] | None = None
     max_parallel: int = DEFAULT_MAX_PARALLEL
     stream: bool = False

@@ -49,7 +49,7 @@ from bot.agent.repetition import RepetitionDetected, RepetitionDetector
 from bot.agent.responses import account, message_chars, normalize
 from bot.agent.state import PendingApproval, PendingBatch, RunResult, RunState, StopReason
 from bot.agent.tools import canonical_json, tool_spec
-from bot.errors import ModelError, StoreError
+from bot.errors import HandedOver, ModelError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,10 @@ class _Run:
     async def iteration(self) -> Step:
         if (stop := self.cancelled()) is not None:
             return stop
+        if self.config.hand_over is not None and self.config.hand_over():
+            raise HandedOver(
+                f"job {self.config.job_id} handed over after iteration {self.state.iterations}"
+            )
         await self.take_injected()
         got = await self.model_step()
         if isinstance(got, Finish):

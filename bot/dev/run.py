@@ -37,6 +37,7 @@ from bot.errors import ConfigError
 DEFAULT_PAGE_PORT = 3000
 BOT_START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
+DEV_DRAIN_S = "3"  # seconds the bot may drain on Ctrl-C, inside STOP_TIMEOUT_S
 
 # The people on the page's switcher: who asks, who may approve, who may not.
 USERS = (
@@ -143,6 +144,8 @@ class DevStack:
             PORT=str(bot_port),
         )
         env.setdefault("OPSLOOP_APPROVERS", self.environ.get("OPSLOOP_APPROVERS") or APPROVERS)
+        # Ctrl-C gives the bot STOP_TIMEOUT_S: a change in flight may finish, within that.
+        env["OPSLOOP_DRAIN_S"] = self.environ.get("OPSLOOP_DRAIN_S") or DEV_DRAIN_S
         child_env = {**self.environ, **env}
         child_env.pop("SLACK_APP_TOKEN", None)
         log = await asyncio.to_thread(open, self.folder / "bot.log", "ab")  # closed by its stop

@@ -203,6 +203,7 @@ class SlackBot:
         self.keys = Keys(bot.redis_prefix)
         self.metrics = Metrics()
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.job_tasks: set[asyncio.Task[Any]] = set()  # the jobs among ``tasks``
         self.scheduled: set[str] = set()
         self.bot_user: str | None = None
         self.team_id: str | None = None  # the workspace (auth.test), for chat streaming
@@ -302,8 +303,17 @@ class SlackBot:
         task.add_done_callback(self.tasks.discard)
 
     async def close(self) -> None:
-        # A job cut off here is resumed from its last step by another process (its
-        # lease expires); nothing acknowledged is lost.
+        """Shut down (SIGTERM, a deploy): start nothing new; let each running job reach
+        its next step boundary — a change in flight finishes and is recorded — and hand
+        it over (lease released, due now for another process's scan), for at most
+        ``OPSLOOP_DRAIN_S``; then cut off what is left, which another process resumes
+        from its last step once its lease expires. Nothing acknowledged is lost."""
+        self.turns.drain()
+        for task in list(self.tasks - self.job_tasks):
+            task.cancel()  # the scanner, the stop listener, the loop probe
+        if self.job_tasks:
+            log.info("draining %d job(s), at most %gs", len(self.job_tasks), self.settings.drain_s)
+            await asyncio.wait(self.job_tasks, timeout=self.settings.drain_s)
         for task in list(self.tasks):
             task.cancel()
         if self.tasks:
@@ -441,7 +451,9 @@ class SlackBot:
         self.scheduled.add(job_id)
         task = asyncio.create_task(self._run(job_id), name=f"job {job_id}")
         self.tasks.add(task)
+        self.job_tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self.job_tasks.discard)
 
     async def _run(self, job_id: str) -> None:
         try:

@@ -46,7 +46,7 @@ from bot.agent.ports import (
     Pending,
 )
 from bot.agent.state import StopReason
-from bot.errors import StoreError
+from bot.errors import HandedOver, StoreError
 from bot.store.approvals import ApprovalRecord, Approvals, to_decision
 from bot.store.artifacts import RedisArtifacts
 from bot.store.connection import StoreConflict
@@ -140,6 +140,9 @@ class Turns:
     approvals: Approvals = field(init=False)
     ledger: RedisLedger = field(init=False)
     running: dict[str, CancelToken] = field(init=False, default_factory=dict)
+    # Set when the process is shutting down (``drain``): no job starts here any more,
+    # and a running one hands over at its next step boundary.
+    draining: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.redis, self.keys)
@@ -184,7 +187,14 @@ class Turns:
             result, next_id = outcome
         return result
 
+    def drain(self) -> None:
+        """Start no job here any more; running ones hand over at their next step (the
+        mutating call in flight finishes and is recorded first), for another process."""
+        self.draining = True
+
     async def _run_once(self, job_id: str) -> tuple[RunResult, str | None] | None:
+        if self.draining:
+            return None  # it stays in the index: another process's scan takes it
         record = await self.jobs.get(job_id)
         if record is None or record.status.final or job_id in self.running:
             return None
@@ -213,7 +223,17 @@ class Turns:
             record = await self.jobs.save(
                 record, JobStatus.RUNNING, fence=lease.fence, via=via, meta=meta
             )
-            result, follow = await self._run(record, lease.fence, lease, decision, reporter)
+            try:
+                result, follow = await self._run(record, lease.fence, lease, decision, reporter)
+            except HandedOver:
+                handed_over = True
+            else:
+                handed_over = False
+        if handed_over:
+            # The lease is released (above): due now, so the next scan anywhere resumes it.
+            await self.jobs.index(job_id, time.time())
+            log.info("job %s handed over for another process to resume", job_id)
+            return None
         if result.stop_reason is StopReason.AWAITING_APPROVAL:
             await self._paused(job_id, result)
         return result, follow
@@ -451,6 +471,7 @@ class Turns:
             ledger=self.ledger,
             confirm=confirm,
             cancel=token,
+            hand_over=lambda: self.draining,
             stream=self.settings.stream,
         )
         try:

@@ -215,3 +215,38 @@ async def test_a_redis_restart_mid_job_still_gives_one_answer(
     stored = await job_hash(redis_server.url, first_job("C1", event["ts"]))
     assert stored["status"] == "completed"
     assert stored["current_job"] == first_job("C1", event["ts"])
+
+
+async def test_a_deploy_lets_the_change_finish_and_hands_the_job_over(
+    bot: StartBot,
+    slack: FakeSlack,
+    model: ScriptedModel,
+    redis_server: ManagedRedis,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM (a rolling deploy) while an approved restart runs: the process lets the
+    change finish and be recorded, hands the job over at the next step instead of
+    leaving its outcome unknown, and exits cleanly; the other process answers."""
+    tools, log = tools_yml(tmp_path, delay=3.0)
+    model.policy = call_then_answer("restart_service", RESTART)
+    a, b = await two(bot, OPSLOOP_TOOLS=tools)
+    event = mention("C1", "UREQUESTER", "restart nginx")
+    await a.send(event)
+    card = await wait_card(slack, "C1", event["ts"])
+    assert await click(a, slack, card, "UAPPROVER1", "Approve") == 200
+    await wait_until(lambda: tool_processes(log), timeout=10, what="restart_service running")
+
+    leaving = runner_of(log, [a, b])
+    staying = b if leaving is a else a
+    assert await leaving.stop(timeout=40) == 0  # drained, not killed
+    assert len(runs(log, tool="restart_service")) == 1  # the change finished before exit
+
+    await wait_end(slack, event["ts"])
+    assert not [t for t in texts(slack, "C1", event["ts"]) if "outcome is unknown" in t]
+    told = [m for m in model.requests[-1].messages if m.get("role") == "tool"]
+    assert told[-1]["content"].startswith("restarted"), told[-1]
+    [answer] = answers(slack, event["ts"])
+    assert answer.startswith("Result: restarted")
+    assert ended_once(slack, event["ts"])
+    assert len(started(log, "restart_service")) == 1
+    assert staying.running and await model_calls(staying) >= 1  # the other one answered
