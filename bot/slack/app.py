@@ -526,8 +526,18 @@ def socket_mode(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None
     request URL: events and clicks arrive over the websocket). SIGTERM or SIGINT closes
     the connection and stops cleanly; unacknowledged envelopes are redelivered by Slack."""
     from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+    from slack_sdk.socket_mode.aiohttp import SocketModeClient
+    from slack_sdk.socket_mode.request import SocketModeRequest
 
     slack = SlackBot(bot, llm, tools, socket=True)
+
+    class TimedHandler(AsyncSocketModeHandler):
+        """bolt's handler, with each envelope's time to its ack in ``opsloop_ack_seconds``."""
+
+        async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]  # as bolt types it
+            started = time.perf_counter()
+            await super().handle(client, req)
+            slack.metrics.ack.observe(time.perf_counter() - started)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -537,7 +547,7 @@ def socket_mode(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None
         await slack.start()
         runner = web.AppRunner(slack.web_app(events=False), access_log=None)
         await runner.setup()
-        handler = AsyncSocketModeHandler(slack.app, bot.slack_app_token, web_client=slack.client)
+        handler = TimedHandler(slack.app, bot.slack_app_token, web_client=slack.client)
         try:
             await web.TCPSite(runner, bot.host, bot.port).start()
             gc.collect()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -86,6 +87,9 @@ async def test_a_mention_over_socket_mode_is_acked_and_answered(
     bot_messages = [m for m in slack.messages("C1", mentioned["ts"]) if m.user == "UBOT"]
     assert len(bot_messages) == 2  # the status message, then the answer
     assert len(model.requests) == 1
+    _, metrics = await serve.get("/metrics")
+    acks = re.search(r"^opsloop_ack_seconds_count (\S+)$", metrics, re.MULTILINE)
+    assert acks and float(acks[1]) == 1.0  # envelopes are timed to their ack too
     assert await serve.stop(timeout=10) == 0  # SIGTERM: the connection closed, a clean exit
     assert socket.open_connections == 0
 
