@@ -24,7 +24,7 @@ from bot.agent.config import AgentConfig
 from bot.agent.events import Event, ToolEnd, ToolStart
 from bot.agent.guard import Aborted, AbortKind, guarded
 from bot.agent.messages import ToolCall
-from bot.agent.observe import ERROR_PREFIX, to_text, truncation_note
+from bot.agent.observe import ERROR_PREFIX, summary_line, to_text, truncation_note
 from bot.agent.ports import Approved, ConfirmRequest, Decision, Denied, Pending
 from bot.agent.redact import redact_secrets_in_turns
 from bot.agent.state import PendingApproval, RunState
@@ -369,6 +369,7 @@ class CallRunner:
                 output_chars=len(text),
                 dry_run=dry_run,
                 confirmed_by=confirmed_by,
+                summary=summary_line(text),
             )
         )
         return Outcome(

@@ -58,6 +58,7 @@ class ToolEnd:
     output_chars: int
     dry_run: bool = False
     confirmed_by: str | None = None
+    summary: str = ""  # the result in one line (``observe.summary_line``), for progress
     kind: Literal["tool_end"] = "tool_end"
 
 

@@ -33,6 +33,21 @@ def to_text(raw: object) -> str:
     return text
 
 
+SUMMARY_CHARS = 160
+
+
+def summary_line(text: str, limit: int = SUMMARY_CHARS) -> str:
+    """A tool result in one line, for people watching: its first non-blank line, cut to
+    ``limit`` chars, ``…`` when anything was left out."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0]
+    if len(first) > limit:
+        return first[: limit - 1] + "…"
+    return first + (" …" if len(lines) > 1 else "")
+
+
 def truncation_note(total: int, ref: str) -> str:
     return f"\n[output cut: {total} chars in all; full output stored as artifact {ref}]"
 

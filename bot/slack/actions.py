@@ -44,7 +44,7 @@ class Interactions:
 
     async def post_card(self, record: JobRecord, approval: ApprovalRecord) -> None:
         """Post the approval card of a paused job (cards go before progress updates)."""
-        card = approval_card(approval)
+        card = approval_card(approval, approvers=self.policy.approvers)
         reply = await self.client.chat_postMessage(
             channel=record.channel, thread_ts=record.thread_ts, text=card.text, blocks=card.blocks
         )

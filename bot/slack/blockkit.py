@@ -94,6 +94,16 @@ def mention(user_id: str | None) -> str:
     return escape(user_id or "someone")
 
 
+_GROUP_ID = re.compile(r"^S[A-Z0-9]+$")
+
+
+def group_mention(group_id: str) -> str:
+    """``<!subteam^S…>`` for a user group id; anything else escaped, never a mention."""
+    if _GROUP_ID.fullmatch(group_id):
+        return f"<!subteam^{group_id}>"
+    return escape(group_id)
+
+
 def hhmm(at: datetime | float) -> str:
     """``14:05 UTC`` for an aware datetime, a naive one taken as UTC, or epoch seconds."""
     if isinstance(at, int | float):

@@ -33,6 +33,7 @@ from bot.slack.blockkit import (
     duration,
     escape,
     escaped,
+    group_mention,
     hhmm,
     mention,
     one_line,
@@ -56,6 +57,7 @@ CARD_DECISION_BLOCK = "opsloop_card_decision"
 MAX_TOOL_LINES = 8  # finished tools shown on the status message (the latest ones)
 TOOL_RESULT_CHARS = 150
 MAX_CARD_ARGS = 12
+MAX_CARD_APPROVERS = 8
 ARG_VALUE_CHARS = 300
 ERROR_CHARS = 500
 
@@ -104,17 +106,8 @@ def status_message(progress: Progress, *, final: bool = False, stop_button: bool
     context = [f"*{state}* · {stats}"]
     if p.model:
         context.append(f"`{escaped(p.model, 200)}`")
-    if final:  # what `opsloop trace` takes, for the review after the incident
-        context.append(f"job `{escaped(p.job_id, 200)}`")
     blocks: list[Block] = [context_block(*context)]
-    shown = list(p.finished)[-MAX_TOOL_LINES:]
-    lines = []
-    if hidden := len(p.finished) - len(shown):
-        lines.append(f"_{plural(hidden, 'earlier tool call')}_")
-    for t in shown:
-        icon = ":white_check_mark:" if t.ok else ":x:"
-        result = escaped(one_line(t.result), TOOL_RESULT_CHARS)
-        lines.append(f"{icon} `{escaped(t.tool, 80)}` {result}".rstrip())
+    lines = tool_lines(p.finished)
     running = p.current_tool if not final else None
     if running:
         lines.append(f":hourglass_flowing_sand: `{escaped(running, 80)}` running…")
@@ -130,6 +123,19 @@ def status_message(progress: Progress, *, final: bool = False, stop_button: bool
     if running:
         text += f" · running {escaped(running, 80)}"
     return Message(text=text, blocks=blocks)
+
+
+def tool_lines(finished: Sequence[ToolLine]) -> list[str]:
+    """Each finished tool with its result in one line (the last ``MAX_TOOL_LINES``)."""
+    shown = list(finished)[-MAX_TOOL_LINES:]
+    lines = []
+    if hidden := len(finished) - len(shown):
+        lines.append(f"_{plural(hidden, 'earlier tool call')}_")
+    for t in shown:
+        icon = ":white_check_mark:" if t.ok else ":x:"
+        result = escaped(one_line(t.result), TOOL_RESULT_CHARS)
+        lines.append(f"{icon} `{escaped(t.tool, 80)}` {result}".rstrip())
+    return lines
 
 
 NARRATION_CHARS = 300
@@ -165,11 +171,14 @@ def ending_message(
     by: str | None = None,
     active_s: float | None = None,
     deadline_s: float | None = None,
+    tools: Sequence[ToolLine] = (),
 ) -> Message:
     """What happened, in words, with the stop reason code in ``text`` (not for ``completed``).
 
     ``by`` names who pressed Stop (``cancelled``); ``continue_label`` (e.g. ``Continue (+20
-    iterations)``) adds the ``Continue`` button on a limit ending.
+    iterations)``) adds the ``Continue`` button on a limit ending. ``tools`` (what ran, with
+    its result in one line) stay listed; the context names the job id ``opsloop trace``
+    takes, for the review after the incident.
     """
     R = StopReason
     deadline = ""
@@ -194,7 +203,10 @@ def ending_message(
         f"iterations {iterations}/{max_iterations} · tokens {tokens:,}/{token_budget:,} · "
         f"{plural(tools_run, 'tool')} run"
     )
-    blocks = [section_block(headline), context_block(stats)]
+    blocks = [section_block(headline)]
+    if lines := tool_lines(tools):
+        blocks.append(section_block("\n".join(lines)))
+    blocks.append(context_block(f"{stats} · job `{escaped(job_id, 200)}`"))
     if reason in _LIMITS and continue_label:
         button = button_element(continue_label, ACTION_CONTINUE, job_id, style="primary")
         blocks.append(actions_block(ENDING_ACTIONS_BLOCK, button))
@@ -225,7 +237,7 @@ def _summary(record: ApprovalRecord) -> str:
     return escaped(f"{record.tool} ({args})" if args else record.tool, 300)
 
 
-def _card_body(record: ApprovalRecord) -> list[Block]:
+def _card_body(record: ApprovalRecord, approvers: Sequence[str] = ()) -> list[Block]:
     title = f"Approval needed: {record.tool}"
     blocks: list[Block] = [
         {
@@ -252,19 +264,28 @@ def _card_body(record: ApprovalRecord) -> list[Block]:
             "```", "`\u200b``"
         )
         blocks.append(section_block(head + cut(body, MAX_SECTION - len(head) - len(tail)) + tail))
+    who = ""
+    if approvers:  # whom to ask, in an incident
+        shown = [group_mention(a) if a.startswith("S") else mention(a) for a in approvers]
+        more = len(shown) - MAX_CARD_APPROVERS
+        who = " · approvers: " + ", ".join(shown[:MAX_CARD_APPROVERS])
+        who += f" and {more} more" if more > 0 else ""
+    if record.category == "destructive":
+        who += " · the requester may not approve it"
     blocks.append(
         context_block(
             f"Requested by {mention(record.requester)} · {record.category}"
-            f" · expires at {hhmm(record.expires_at)}"
+            f" · expires at {hhmm(record.expires_at)}{who}"
         )
     )
     return blocks
 
 
-def approval_card(record: ApprovalRecord) -> Message:
-    """The card for a pending approval, with ``Approve`` and ``Deny``."""
+def approval_card(record: ApprovalRecord, *, approvers: Sequence[str] = ()) -> Message:
+    """The card for a pending approval, with ``Approve`` and ``Deny``; ``approvers`` (the
+    policy's user and group ids, when it names any) are shown as whom to ask."""
     value = f"{record.job_id}|{record.call_id}"
-    blocks = _card_body(record)
+    blocks = _card_body(record, approvers)
     blocks.append(
         actions_block(
             CARD_ACTIONS_BLOCK,

@@ -214,7 +214,8 @@ class JobProgress:
             case "tool_end":
                 self._tool = None
                 if event.ran and not event.dry_run:
-                    result = "error" if event.is_error else f"{event.output_chars} chars"
+                    fallback = "error" if event.is_error else f"{event.output_chars} chars"
+                    result = event.summary or fallback
                     self._lines.append(ToolLine(event.tool, result, not event.is_error))
             case "run_end":
                 assert isinstance(event, RunEnd)
@@ -307,6 +308,7 @@ class JobProgress:
                 else None,
                 active_s=result.state.active_time_s,
                 deadline_s=limits.deadline_s,
+                tools=self._lines,
             )
             if self.status_ts is not None:
                 # Queued, not awaited: the workspace's chat.update budget (Tier 3) may be

@@ -113,6 +113,7 @@ async def test_events_of_a_tool_step_then_an_answer(clock: FakeClock, recorder: 
             is_error=False,
             duration_s=2.0,
             output_chars=len("load 0.5 on web-03"),
+            summary="load 0.5 on web-03",
         )
     ]
     assert recorder.events[-1] == RunEnd(result)
@@ -340,3 +341,13 @@ async def test_token_limit_before_any_call_still_gives_a_full_result(recorder: R
     assert result.error is not None and "token budget reached" in result.error
     assert model.requests == []
     assert recorder.kinds() == ["limit_reached", "run_end"]
+
+
+def test_a_results_summary_is_its_first_line_cut_for_people() -> None:
+    from bot.agent.observe import SUMMARY_CHARS, summary_line
+
+    assert summary_line("\n\n  HTTP 500 in 2598 ms  \nbody: oops\n") == "HTTP 500 in 2598 ms …"
+    assert summary_line("ok web-03") == "ok web-03"
+    assert summary_line("   \n") == ""
+    long = summary_line("x" * 500)
+    assert len(long) == SUMMARY_CHARS and long.endswith("…")

@@ -70,6 +70,11 @@ async def test_mention_runs_a_tool_and_answers_in_the_thread(
     assert first.messages[0] == second[0] and first.tools == model.requests[1].tools
     status_ts = next(m.ts for m in slack.messages("C1", event["ts"]) if m.user == "UBOT")
     await slack.wait_for(lambda: "Done" in slack.message("C1", status_ts).text, timeout=30)
+    # The ended status message keeps each tool that ran, with its result in one line,
+    # and names the job for `opsloop trace`.
+    ended = str(slack.message("C1", status_ts).blocks)
+    assert "`check_host` checked web-03" in ended
+    assert f"job `C1:{event['ts']}:j1`" in ended
 
 
 async def test_a_reply_mid_turn_reaches_the_next_request_and_gets_eyes(

@@ -150,12 +150,24 @@ def test_status_final_and_stopping_have_no_stop_button() -> None:
     assert buttons(stopping) == [] and stopping.text.startswith("Stopping")
 
 
-def test_a_finished_status_names_the_job_for_opsloop_trace() -> None:
+def test_an_ending_keeps_what_ran_and_names_the_job_for_opsloop_trace() -> None:
     job = "C1:1700000000.000100:j2"
-    final = status_message(progress(job_id=job), final=True)
-    assert f"job `{job}`" in final.blocks[0]["elements"][-1]["text"]
-    assert job not in final.text  # the notification text stays short
-    assert job not in str(status_message(progress(job_id=job)).blocks[0])  # not while running
+    ending = ending_message(
+        StopReason.COMPLETED,
+        job_id=job,
+        iterations=3,
+        max_iterations=20,
+        tokens=1_500,
+        token_budget=200_000,
+        tools_run=2,
+        tools=[ToolLine("web_health", "HTTP 500 in 2598 ms …", True), ToolLine("x", "err", False)],
+    )
+    assert [b["type"] for b in ending.blocks] == ["section", "section", "context"]
+    assert ending.blocks[1]["text"]["text"] == (
+        ":white_check_mark: `web_health` HTTP 500 in 2598 ms …\n:x: `x` err"
+    )
+    assert ending.blocks[2]["elements"][0]["text"].endswith(f" · job `{job}`")
+    assert job not in ending.text  # the notification text stays short
 
 
 def test_status_caps_finished_tools_and_cuts_long_results() -> None:
@@ -528,3 +540,26 @@ def test_decided_card_never_mentions_a_non_user() -> None:
 def test_validate_rejects(message: Message) -> None:
     with pytest.raises(SlackLimitError):
         validate(message)
+
+
+def card_context(message: Message) -> str:
+    context = [b for b in message.blocks if b["type"] == "context"][-1]
+    return str(context["elements"][0]["text"])
+
+
+def test_the_card_says_whom_to_ask() -> None:
+    card = approval_card(record(), approvers=["U0BOB", "SOPS"])
+    assert card_context(card) == (
+        "Requested by <@U0REQ> · mutating · expires at 14:05 UTC"
+        " · approvers: <@U0BOB>, <!subteam^SOPS>"
+    )
+    many = approval_card(record(), approvers=[f"U{i:03d}" for i in range(11)])
+    assert card_context(many).endswith("<@U007> and 3 more")
+    assert "approvers" not in card_context(approval_card(record()))  # anyone may approve
+    odd = approval_card(record(), approvers=["<!channel>"])
+    assert "<!channel>" not in card_context(odd)  # never turned into a mention
+
+
+def test_a_destructive_card_names_the_two_person_rule() -> None:
+    card = approval_card(record(category="destructive", dry_run_output="would delete"))
+    assert card_context(card).endswith(" · the requester may not approve it")
