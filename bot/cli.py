@@ -42,6 +42,17 @@ def main(argv: list[str] | None = None) -> int:
         "or a Slack message link",
     )
     trace.add_argument("--json", action="store_true", help="one JSON object per job")
+    check = sub.add_parser(
+        "check",
+        help="before going live: check the settings, Redis, Slack, the model and the packs' "
+        "backends (changes nothing)",
+    )
+    check.add_argument(
+        "--mode",
+        choices=("serve", "socket"),
+        default="serve",
+        help="the settings of which command to check (default serve)",
+    )
     from tools.cli import add_parser as add_tools_parser
 
     add_tools_parser(sub)
@@ -66,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         from bot.tracecmd import main as trace_main
 
         return trace_main(args.target, as_json=args.json)
+    if args.command == "check":
+        from bot.checkcmd import main as check_main
+
+        return check_main(mode=args.mode)
     if args.command == "tools":
         from tools.cli import main as tools_main
 

@@ -6,6 +6,11 @@ calls, usage), or a ``Fault`` (an HTTP error with ``Retry-After``, a delay, a ma
 body, a stream cut half-way, a stream repeating itself). Every request is recorded.
 Tests drive the real adapters over real HTTP with it; the local dev mode uses it as its
 offline demo model.
+
+``GET /v1/models`` (and ``/models``) lists ``models`` in the asking provider's shape,
+without asking the policy: it is what ``opsloop check`` probes. With ``api_key`` set,
+every request must carry it (``Authorization: Bearer`` or ``x-api-key``) or is answered
+401 as the provider would; without it, any key or none is accepted.
 """
 
 from __future__ import annotations
@@ -109,9 +114,18 @@ def split(text: str, parts: int) -> list[str]:
 class ScriptedServer:
     """``async with ScriptedServer(policy) as server: server.base_url …``"""
 
-    def __init__(self, policy: Policy, *, chunks: int = DEFAULT_CHUNKS) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        chunks: int = DEFAULT_CHUNKS,
+        models: Sequence[str] = (),
+        api_key: str | None = None,
+    ) -> None:
         self.policy = policy
         self.chunks = chunks
+        self.models = list(models)  # what ``GET /v1/models`` lists
+        self.api_key = api_key  # None: any key (or none) is accepted
         self.requests: list[ScriptedRequest] = []
         self.disconnects = 0  # streams whose client went away before the end
         self._ids = itertools.count(1)
@@ -132,6 +146,8 @@ class ScriptedServer:
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_post("/chat/completions", self._openai)
         app.router.add_post("/v1/messages", self._anthropic)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/models", self._models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -153,6 +169,19 @@ class ScriptedServer:
     def next_id(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids)}"
 
+    def refused(self, scripted: ScriptedRequest) -> Fault | None:
+        """The 401 a wrong or missing key gets when ``api_key`` is set."""
+        if self.api_key is None:
+            return None
+        headers = scripted.headers
+        if headers.get("authorization") == f"Bearer {self.api_key}":
+            return None
+        if headers.get("x-api-key") == self.api_key:
+            return None
+        if scripted.provider == "anthropic":
+            return Fault(status=401, message="invalid x-api-key", code="authentication_error")
+        return Fault(status=401, message="Incorrect API key provided", code="invalid_api_key")
+
     async def decide(self, request: web.Request, provider: str) -> tuple[ScriptedRequest, Answer]:
         try:
             body = await request.json()
@@ -165,6 +194,9 @@ class ScriptedServer:
             headers={k.lower(): v for k, v in request.headers.items()},
         )
         self.requests.append(scripted)
+        refused = self.refused(scripted)
+        if refused is not None:
+            return scripted, refused
         answer = self.policy(scripted)
         if inspect.isawaitable(answer):
             answer = await answer
@@ -293,6 +325,27 @@ class ScriptedServer:
         if transport is not None:
             transport.close()
         return response
+
+    # -- the model list ---------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.Response:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        anthropic = "anthropic-version" in headers
+        scripted = ScriptedRequest(
+            provider="anthropic" if anthropic else "openai",
+            path=request.path,
+            body={},
+            headers=headers,
+        )
+        self.requests.append(scripted)
+        refused = self.refused(scripted)
+        if refused is not None:
+            return fault_response(refused, anthropic=anthropic)
+        if anthropic:
+            listed = [{"type": "model", "id": m, "display_name": m} for m in self.models]
+            return web.json_response({"data": listed, "has_more": False})
+        data = [{"id": m, "object": "model", "owned_by": "scripted"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
 
     # -- Anthropic --------------------------------------------------------------
 

@@ -1,0 +1,425 @@
+"""``opsloop check``: the pre-flight check before going live (or in a deploy pipeline or an
+init container).
+
+It reads the same environment as ``serve`` (or ``socket`` with ``--mode socket``) and
+checks, without changing anything: the settings; Redis (PING, version, durability); Slack
+(``auth.test`` with the bot token; in Socket Mode the app token's shape); each model
+endpoint of the chain (``GET …/models``, which spends no tokens); the tool catalogue, built
+exactly as ``serve`` builds it; and each enabled pack's backend (a read-only probe). One
+line per check, ``ok``, ``warn`` or ``FAIL``, then a summary. Exit 0 when nothing failed,
+1 when a check failed, 2 for a settings error (one line, as ``serve`` prints it).
+
+What it owns is the checks and their verdicts; how each backend is reached is reused from
+its owner (the store's ``connect``, slack-sdk, ``parse_chain`` and ``make_http_client``,
+the catalogue, the supervisor pack's client). Every line passes through the bot's
+``Scrubber``, and addresses are shown without credentials: no token, key or password is
+ever printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Literal, TypeVar
+from urllib.parse import urlsplit
+
+import aiohttp
+import httpx
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot import logs, settings
+from bot.errors import ConfigError, StoreError, ToolError
+from bot.llm.anthropic import ANTHROPIC_VERSION
+from bot.llm.chain import PREFIXES, ModelSpec, parse_chain
+from bot.llm.http import make_http_client
+from bot.prompts import load_system_prompt
+from bot.scrub import Scrubber
+from bot.settings import BotSettings, LLMSettings, ToolSettings
+from bot.store.connection import StoreUnavailable, connect, durability, translated
+from tools.packs.supervisor_rpc import SupervisorClient
+from tools.registry import BUILTIN, catalog_from_settings
+
+Mode = Literal["serve", "socket"]
+T = TypeVar("T")
+
+REQUIRED: dict[Mode, tuple[str, ...]] = {
+    "serve": ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "REDIS_URL"),
+    "socket": ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "REDIS_URL"),
+}
+REDIS_TIMEOUT_S = 2.0
+HTTP_TIMEOUT_S = 5.0  # Slack, each model endpoint, each pack backend
+ANTHROPIC_LIST_LIMIT = 1000  # the API's largest page: one request sees every model
+BODY_CHARS = 160  # of a backend's answer quoted in a FAIL line
+APP_HINT = "xapp-: Socket Mode needs an app-level token with connections:write"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    status: Literal["ok", "warn", "FAIL"]
+    name: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.status:<6}{self.name}: {self.detail}"
+
+
+ok = partial(Verdict, "ok")
+warn = partial(Verdict, "warn")
+fail = partial(Verdict, "FAIL")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    mode: Mode
+    bot: BotSettings
+    llm: LLMSettings
+    tools: ToolSettings
+
+
+@dataclass(slots=True)
+class Endpoint:
+    """One model endpoint of the chain, with every model the chain uses on it."""
+
+    spec: ModelSpec  # the first model on it: URL, key, provider
+    key_variable: str
+    primary: bool
+    models: list[tuple[str, str]] = field(default_factory=list)  # (variable, model name)
+
+
+def check_settings(config: Config) -> tuple[Verdict, Sequence[ModelSpec]]:
+    """The model chain and the system prompt, which ``serve`` reads at start (the required
+    variables are set: ``main`` exits 2 before this otherwise)."""
+    problems: list[str] = []
+    chain: Sequence[ModelSpec] = ()
+    try:
+        chain = parse_chain(config.llm)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    try:
+        load_system_prompt(config.bot.system_prompt_file)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    if problems:
+        return fail("settings", "; ".join(problems)), chain
+    names = ", ".join([*REQUIRED[config.mode], "LLM_MODEL"])
+    return ok("settings", f"{config.mode} has {names}"), chain
+
+
+async def check_redis(url: str) -> list[Verdict]:
+    parts = urlsplit(url)
+    where = parts.path if parts.scheme == "unix" else address(url, default_port=6379)
+    try:
+        redis = connect(url, socket_timeout_s=REDIS_TIMEOUT_S, connect_timeout_s=REDIS_TIMEOUT_S)
+    except ValueError as exc:
+        return [fail("redis", f"REDIS_URL is not a Redis URL ({exc})")]
+    try:
+        async with asyncio.timeout(REDIS_TIMEOUT_S), translated("PING"):
+            await redis.ping()
+        try:
+            async with translated("INFO server"):
+                version = f"redis {(await redis.info('server')).get('redis_version', '?')}"
+        except StoreError as exc:
+            if isinstance(exc, StoreUnavailable):
+                raise
+            version = "redis (version unknown)"  # INFO not allowed: no reason to fail
+        setting = await durability(redis)
+    except TimeoutError:
+        return [fail("redis", f"{where}: no answer to PING within {REDIS_TIMEOUT_S:g}s")]
+    except StoreError as exc:
+        return [fail("redis", f"{where}: {_reason(exc)}")]
+    finally:
+        await redis.aclose()
+    if setting is None:
+        return [warn("redis", f"{version} at {where}; durability unknown (CONFIG not allowed)")]
+    if not setting.every_write:
+        return [warn("redis", f"{version} at {where}; {setting.describe()}")]
+    return [ok("redis", f"{version} at {where}, appendfsync always")]
+
+
+async def check_slack(config: Config) -> list[Verdict]:
+    bot = config.bot
+    client = AsyncWebClient(
+        token=bot.slack_bot_token, base_url=bot.slack_api_url, timeout=int(HTTP_TIMEOUT_S)
+    )
+    try:
+        async with asyncio.timeout(HTTP_TIMEOUT_S * 2):  # slack-sdk retries a connection once
+            answer = await client.auth_test()
+        who = f"@{answer.get('user')} ({answer.get('user_id')}) in {answer.get('team_id')}"
+        found = [ok("slack", f"auth.test as {who}")]
+        if not answer.get("bot_id"):
+            found = [warn("slack", f"auth.test as {who}, which is not a bot (no bot_id)")]
+    except SlackApiError as exc:
+        code = exc.response.get("error") or f"HTTP {exc.response.status_code}"
+        found = [fail("slack", f"auth.test refused: {code} (check SLACK_BOT_TOKEN)")]
+    except TimeoutError:
+        found = [fail("slack", f"{bot.slack_api_url}: no answer to auth.test in time")]
+    except (aiohttp.ClientError, OSError) as exc:
+        found = [fail("slack", f"cannot reach {bot.slack_api_url}: {_reason(exc)}")]
+    if config.mode == "socket":  # only its shape: opening a connection takes a ticket
+        if (bot.slack_app_token or "").startswith("xapp-"):
+            found.append(ok("slack app", "SLACK_APP_TOKEN is an app-level token (xapp-)"))
+        else:
+            found.append(warn("slack app", f"SLACK_APP_TOKEN does not start with {APP_HINT}"))
+    return found
+
+
+def model_endpoints(chain: Sequence[ModelSpec]) -> list[Endpoint]:
+    """The chain grouped by endpoint (provider, URL, key), in chain order."""
+    found: dict[tuple[str, str, str | None], Endpoint] = {}
+    for index, spec in enumerate(chain):
+        prefix = spec.label.partition(":")[0]
+        own_key = index > 0 and prefix in PREFIXES and spec.label != spec.model
+        endpoint = found.setdefault(
+            (spec.provider, spec.base_url, spec.api_key),
+            Endpoint(spec, f"{prefix.upper() if own_key else 'LLM'}_API_KEY", index == 0),
+        )
+        endpoint.models.append(("LLM_FALLBACK_MODELS" if index else "LLM_MODEL", spec.model))
+    return list(found.values())
+
+
+async def check_model(http: httpx.AsyncClient, endpoint: Endpoint) -> Verdict:
+    """``GET …/models`` with the key, formed as ``OpenAIClient`` and ``AnthropicClient``
+    form their requests: no tokens spent."""
+    spec = endpoint.spec
+    base = spec.base_url.rstrip("/")
+    headers, params = {"accept": "application/json"}, {}
+    if spec.provider == "anthropic":
+        path = "/models" if base.endswith("/v1") else "/v1/models"
+        headers["anthropic-version"] = ANTHROPIC_VERSION
+        headers.update({"x-api-key": spec.api_key} if spec.api_key else {})
+        params["limit"] = str(ANTHROPIC_LIST_LIMIT)
+    else:
+        path = "/models"
+        headers.update({"authorization": f"Bearer {spec.api_key}"} if spec.api_key else {})
+    name = "model" if endpoint.primary else f"model {spec.label}"
+    shown = f"{', '.join(m for _, m in endpoint.models)} at {plain_url(base)}"
+    try:
+        async with asyncio.timeout(HTTP_TIMEOUT_S):
+            answer = await http.get(base + path, headers=headers, params=params)
+    except (TimeoutError, httpx.TimeoutException):
+        return fail(name, f"{shown}: no answer to GET {path} within {HTTP_TIMEOUT_S:g}s")
+    except httpx.HTTPError as exc:
+        return fail(name, f"{shown}: cannot connect ({_reason(exc)})")
+    status = answer.status_code
+    if status in (401, 403):
+        refused = f"authentication refused ({status}); check {endpoint.key_variable}"
+        return fail(name, f"{shown}: {refused}")
+    if status in (404, 405):
+        return warn(name, f"{shown}: endpoint has no {path} ({status}); not verified")
+    if status == 429:
+        return warn(name, f"{shown}: rate limited on GET {path} (429); not verified")
+    if not 200 <= status < 300:
+        return fail(name, f"{shown}: GET {path} answered HTTP {status}")
+    try:  # an answer of another shape, or with more pages, cannot tell what is missing
+        data = answer.json()
+        ids = None if data.get("has_more") else {str(m["id"]) for m in data["data"]}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        ids = None
+    missing = [f"{v} {m}" for v, m in endpoint.models if ids and m not in ids]
+    if missing:
+        text = "; ".join(f"{m} not listed by the endpoint" for m in missing)
+        return warn(name, f"{shown} answered GET {path} ({status}), but {text}")
+    return ok(name, f"{shown} answered GET {path} ({status})")
+
+
+async def check_models(config: Config, chain: Sequence[ModelSpec]) -> list[Verdict]:
+    http = make_http_client(config.llm)  # the proxy and TLS settings the bot will use
+    try:
+        endpoints = model_endpoints(chain)
+        return list(await asyncio.gather(*(check_model(http, e) for e in endpoints)))
+    finally:
+        await http.aclose()
+
+
+async def check_tools(tools: ToolSettings) -> list[Verdict]:
+    """The catalogue exactly as ``SlackBot.start`` builds it, counted by source."""
+    try:
+        catalog = catalog_from_settings(
+            pack_names=tools.pack_names,
+            pack_config=tools.pack_config(),
+            tools_file=tools.tools_file,
+        )
+    except ConfigError as exc:
+        return [fail("tools", str(exc))]
+    await catalog.aclose()
+    if not catalog.tools:
+        return [warn("tools", "no tools: the model can only talk (OPSLOOP_PACKS, OPSLOOP_TOOLS)")]
+    counts = Counter(
+        s.partition(":")[2] if s.startswith(f"{BUILTIN}:") else Path(s).name
+        for s in catalog.sources.values()
+    )
+    by_source = ", ".join(f"{source}: {n}" for source, n in counts.items())
+    return [ok("tools", f"{len(catalog.tools)} tools ({by_source})")]
+
+
+def check_host(log_dirs: Sequence[str]) -> Verdict:
+    if not log_dirs:
+        return ok("pack host", "reads this host's /proc; host_tail_log off (no OPSLOOP_LOG_DIRS)")
+    missing = [d for d in log_dirs if not os.path.isdir(d)]
+    if missing:
+        return warn("pack host", f"OPSLOOP_LOG_DIRS names missing directories {', '.join(missing)}")
+    unreadable = [d for d in log_dirs if not os.access(d, os.R_OK | os.X_OK)]
+    if unreadable:
+        return warn("pack host", f"cannot read {', '.join(unreadable)} (OPSLOOP_LOG_DIRS)")
+    return ok("pack host", f"log directories present: {', '.join(log_dirs)}")
+
+
+async def check_ready(pack: str, url: str) -> list[Verdict]:
+    """``GET {url}/-/ready``: Prometheus and Alertmanager answer 200 once ready."""
+    name = f"pack {pack}"
+    try:
+        base = httpx.URL(url.strip())
+    except httpx.InvalidURL as exc:
+        return [fail(name, f"not a URL ({exc})")]
+    auth = (base.username, base.password) if base.username or base.password else None
+    shown = plain_url(str(base))
+    ready = base.copy_with(userinfo=b"", path=base.path.rstrip("/") + "/-/ready")
+    try:
+        async with (
+            asyncio.timeout(HTTP_TIMEOUT_S),
+            httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, follow_redirects=False) as http,
+        ):
+            answer = await http.get(ready, auth=auth, headers={"User-Agent": "opsloop"})
+    except (TimeoutError, httpx.TimeoutException):
+        return [fail(name, f"{shown}: no answer within {HTTP_TIMEOUT_S:g}s")]
+    except httpx.HTTPError as exc:
+        return [fail(name, f"{shown}: {_reason(exc)}")]
+    status = answer.status_code
+    if status == 200:
+        return [ok(name, f"{shown} ready")]
+    if status in (401, 403):
+        return [fail(name, f"{shown} refused the credentials (HTTP {status})")]
+    body = " ".join(answer.text.split())[:BODY_CHARS] or "(empty)"
+    return [fail(name, f"{shown}/-/ready answered HTTP {status}: {body}")]
+
+
+async def check_supervisor(url: str) -> list[Verdict]:
+    """``supervisor.getState`` through the pack's own client."""
+    try:
+        client = SupervisorClient(url, connect_timeout=HTTP_TIMEOUT_S)
+    except ConfigError as exc:
+        return [fail("pack supervisor", str(exc))]
+    where = client.endpoint.shown
+    try:
+        async with asyncio.timeout(HTTP_TIMEOUT_S):
+            state = await client.call("supervisor.getState")
+    except TimeoutError:
+        return [fail("pack supervisor", f"{where}: no answer within {HTTP_TIMEOUT_S:g}s")]
+    except ToolError as exc:
+        return [fail("pack supervisor", str(exc))]
+    finally:
+        await client.aclose()
+    statename = state.get("statename") if isinstance(state, dict) else state
+    if statename == "RUNNING":
+        return [ok("pack supervisor", f"{where}: supervisord RUNNING")]
+    return [warn("pack supervisor", f"{where}: supervisord is {statename}")]
+
+
+def pack_checks(tools: ToolSettings) -> list[Awaitable[list[Verdict]]]:
+    """A probe per enabled pack with a backend (a missing URL is the catalogue's FAIL)."""
+    config = tools.pack_config()
+    probes: list[Awaitable[list[Verdict]]] = []
+    for pack in dict.fromkeys(tools.pack_names):
+        if pack == "host":
+            probes.append(_now([check_host(config.log_dirs)]))
+        elif pack == "prometheus" and config.prometheus_url:
+            probes.append(check_ready(pack, config.prometheus_url))
+        elif pack == "alertmanager" and config.alertmanager_url:
+            probes.append(check_ready(pack, config.alertmanager_url))
+        elif pack == "supervisor" and config.supervisor_url:
+            probes.append(check_supervisor(config.supervisor_url))
+    return probes
+
+
+async def run(config: Config, emit: Callable[[str], None]) -> int:
+    """Every check started at once, each line emitted in order as soon as it is known;
+    the exit status."""
+    settings_line, chain = check_settings(config)
+    groups: list[Awaitable[list[Verdict]]] = [
+        _now([settings_line]),
+        check_redis(config.bot.redis_url or ""),
+        check_slack(config),
+        check_models(config, chain) if chain else _now([]),  # settings says why not
+        check_tools(config.tools),
+        *pack_checks(config.tools),
+    ]
+    tasks = [asyncio.create_task(_guarded(group)) for group in groups]
+    failed = total = 0
+    for task in tasks:
+        for verdict in await task:
+            emit(verdict.line())
+            total += 1
+            failed += verdict.status == "FAIL"
+    emit(f"{failed} check{'s' * (failed != 1)} failed" if failed else f"all {total} checks passed")
+    return 1 if failed else 0
+
+
+async def _now(value: T) -> T:
+    return value
+
+
+async def _guarded(group: Awaitable[list[Verdict]]) -> list[Verdict]:
+    """A check that breaks unexpectedly is a FAIL line, not a traceback."""
+    try:
+        return await group
+    except Exception as exc:
+        return [fail("check", f"{type(exc).__name__}: {exc}")]
+
+
+def address(url: str, *, default_port: int | None = None) -> str:
+    """``host:port`` of a URL: never its user or password."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    try:
+        port = parts.port or default_port
+    except ValueError:
+        port = default_port
+    return (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
+
+
+def plain_url(url: str) -> str:
+    """``url`` without user, password, query or fragment, and no trailing slash."""
+    return f"{urlsplit(url).scheme}://{address(url)}{urlsplit(url).path}".rstrip("/")
+
+
+def _reason(exc: BaseException) -> str:
+    """The OS error at the bottom of a chain (``connection refused``), else the error."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and (seen.errno or seen.strerror):
+            text = str(seen.strerror or "")
+            if seen.errno and (not text or text.startswith("Connect call failed")):
+                text = os.strerror(seen.errno)  # asyncio's wording names no reason
+            return text[:1].lower() + text[1:]
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
+def main(*, mode: Mode = "serve") -> int:
+    """``opsloop check``: print the checklist; 0 all passed, 1 a check failed, 2 settings."""
+    try:
+        bot, llm = settings.load_bot_settings(), settings.load_llm_settings()
+        tools = settings.load_tool_settings()
+        bot.require(*REQUIRED[mode])
+    except ConfigError as exc:
+        print(f"opsloop: {exc}", file=sys.stderr)
+        return 2
+    # The last net, as for the bot's logs: its secrets by value (and the packs' passwords).
+    pack_urls = (tools.prometheus_url, tools.alertmanager_url, tools.supervisor_url)
+    secrets = [*bot.secret_values(), *llm.secret_values()]
+    secrets += [urlsplit(url).password or "" for url in pack_urls if url]
+    logs.configure(secrets=secrets, level=logging.WARNING)
+    scrub = Scrubber(secrets)
+
+    def emit(line: str) -> None:
+        print(scrub(line), flush=True)
+
+    return asyncio.run(run(Config(mode, bot, llm, tools), emit))

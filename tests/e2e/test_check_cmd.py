@@ -1,0 +1,405 @@
+"""``opsloop check`` as a real process against real parts: the fake Slack Web API, the
+scripted model server, a real redis-server, a real Alertmanager and supervisord. It
+reports each backend in one line (``ok``, ``warn``, ``FAIL``), exits 0, 1 or 2, changes
+nothing, and never prints a token, key or password."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+from bot.agent.redact import REDACTED
+from bot.slack.fake import FakeSlack
+from bot.store.managed import ManagedRedis, free_port
+from tests.tools.packs.backends import (  # noqa: F401  (alertmanager_server is a fixture)
+    AlertmanagerServer,
+    alertmanager_server,
+)
+from tests.tools.packs.supervisor_backend import ManagedSupervisor
+
+from .approvals_kit import tools_yml
+from .harness import BOT_TOKEN, LLM_API_KEY, LLM_MODEL, SIGNING_SECRET, ScriptedModel, bot_env
+
+CHECK_TIMEOUT_S = 60.0  # a hang guard for the whole process
+FAST_S = 10.0  # a dead backend is reported within its bound (2-5 s), plus start-up
+APP_TOKEN = "xapp-1-A0OPSLOOP-1-0123456789abcdef"
+SUPERVISOR_PASSWORD = "sup-pw-0123456789"
+REDIS_PASSWORD = "redis-pw-0123456789"
+
+
+@dataclass(frozen=True)
+class Checked:
+    code: int
+    out: str
+    err: str
+    seconds: float
+
+    @property
+    def lines(self) -> list[str]:
+        return self.out.splitlines()
+
+    def line(self, name: str) -> str:
+        """The one line of the check ``name`` (``redis``, ``pack supervisor``)."""
+        found = [line for line in self.lines if line[6:].startswith(f"{name}: ")]
+        assert len(found) == 1, self.out
+        return found[0]
+
+    def shows_no(self, *secrets: str) -> None:
+        text = self.out + self.err
+        for secret in secrets:
+            assert secret not in text, text
+        assert REDACTED not in text, text  # nothing secret was even about to be printed
+
+
+async def opsloop_check(env: Mapping[str, str], *args: str, cwd: Path) -> Checked:
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "check",
+        *args,
+        env=dict(env),
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=CHECK_TIMEOUT_S)
+    assert proc.returncode is not None
+    return Checked(proc.returncode, out.decode(), err.decode(), time.monotonic() - started)
+
+
+def environment(
+    slack: FakeSlack, redis: ManagedRedis, model: ScriptedModel, **extra: str | None
+) -> dict[str, str]:
+    # The scripted model lists its model and knows the test's key: a real endpoint.
+    model.server.models = [LLM_MODEL]
+    model.server.api_key = model.server.api_key or LLM_API_KEY
+    return bot_env(slack, redis, model, extra=extra)
+
+
+async def test_everything_answers_so_every_check_passes(
+    slack: FakeSlack,
+    redis_server: ManagedRedis,
+    model: ScriptedModel,
+    alertmanager_server: AlertmanagerServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    tools, _ = tools_yml(tmp_path)
+    (tmp_path / "logs").mkdir()
+    with ManagedSupervisor(tmp_path / "sup", [], auth=("ops", SUPERVISOR_PASSWORD)) as sup:
+        checked = await opsloop_check(
+            environment(
+                slack,
+                redis_server,
+                model,
+                OPSLOOP_TOOLS=tools,
+                OPSLOOP_PACKS="host,http,alertmanager,supervisor",
+                OPSLOOP_LOG_DIRS=str(tmp_path / "logs"),
+                ALERTMANAGER_URL=alertmanager_server.url,
+                SUPERVISOR_URL=sup.url,
+            ),
+            cwd=tmp_path,
+        )
+    assert checked.code == 0, checked
+    assert all(line[:6] in ("ok    ", "warn  ") for line in checked.lines[:-1]), checked.out
+    assert checked.lines[-1] == f"all {len(checked.lines) - 1} checks passed"
+    assert checked.line("settings") == (
+        "ok    settings: serve has SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, REDIS_URL, LLM_MODEL"
+    )
+    assert checked.line("redis").startswith("ok    redis: redis ")
+    assert checked.line("redis").endswith(f" at 127.0.0.1:{redis_server.port}, appendfsync always")
+    assert checked.line("slack") == "ok    slack: auth.test as @opsloop (UBOT) in T1"
+    assert checked.line("model") == (
+        f"ok    model: {LLM_MODEL} at {model.base_url} answered GET /models (200)"
+    )
+    assert checked.line("tools") == (
+        "ok    tools: 16 tools (host: 5, http: 1, alertmanager: 4, supervisor: 3, tools.yml: 3)"
+    )
+    assert checked.line("pack host").startswith("ok    pack host: log directories present: ")
+    assert checked.line("pack alertmanager") == (
+        f"ok    pack alertmanager: {alertmanager_server.url} ready"
+    )
+    assert checked.line("pack supervisor") == (
+        f"ok    pack supervisor: http://127.0.0.1:{sup.port}/RPC2: supervisord RUNNING"
+    )
+    # Nothing was changed and no tokens were spent: one auth.test, one model list.
+    assert [call.method for call in slack.calls] == ["auth.test"]
+    assert [(r.path, r.headers.get("authorization")) for r in model.requests] == [
+        ("/v1/models", f"Bearer {LLM_API_KEY}")
+    ]
+    checked.shows_no(BOT_TOKEN, LLM_API_KEY, SIGNING_SECRET, SUPERVISOR_PASSWORD)
+
+
+async def test_redis_down_fails_within_seconds(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    port = free_port()  # nothing listens there
+    env = environment(slack, redis_server, model, REDIS_URL=f"redis://127.0.0.1:{port}/0")
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 1, checked
+    assert checked.line("redis").startswith(f"FAIL  redis: 127.0.0.1:{port}: "), checked.out
+    assert checked.lines[-1] == "1 check failed"
+    assert checked.seconds < FAST_S
+
+
+async def test_redis_password_is_never_shown(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    locked = ManagedRedis(tmp_path / "redis").start()
+    try:
+        client = aioredis.Redis.from_url(locked.url)
+        try:
+            await client.config_set("requirepass", REDIS_PASSWORD)
+        finally:
+            await client.aclose()
+        url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:{locked.port}/0"
+        checked = await opsloop_check(
+            environment(slack, redis_server, model, REDIS_URL=url), cwd=tmp_path
+        )
+        assert checked.code == 0, checked
+        assert checked.line("redis").endswith(f" at 127.0.0.1:{locked.port}, appendfsync always")
+        checked.shows_no(REDIS_PASSWORD)
+
+        wrong = "wrong-pw-0123456789"
+        bad = f"redis://:{wrong}@127.0.0.1:{locked.port}/0"
+        checked = await opsloop_check(
+            environment(slack, redis_server, model, REDIS_URL=bad), cwd=tmp_path
+        )
+        assert checked.code == 1, checked
+        assert checked.line("redis").startswith(f"FAIL  redis: 127.0.0.1:{locked.port}: ")
+        checked.shows_no(wrong)
+    finally:
+        locked.stop()
+
+
+async def test_weaker_or_unknown_redis_durability_is_a_warning(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    weak = ManagedRedis(tmp_path / "redis", fsync="everysec").start()
+    try:
+        checked = await opsloop_check(
+            environment(slack, redis_server, model, REDIS_URL=weak.url), cwd=tmp_path
+        )
+        assert checked.code == 0, checked
+        assert checked.line("redis").startswith("warn  redis: redis ")
+        assert checked.line("redis").endswith(
+            f" at 127.0.0.1:{weak.port}; AOF appendfsync everysec: a crash of the machine "
+            "may lose about 1 s of writes"
+        )
+
+        # A user without CONFIG (managed Redis services often deny it): unknown, not a FAIL.
+        client = aioredis.Redis.from_url(weak.url)
+        try:
+            await client.acl_setuser(
+                "bot",
+                enabled=True,
+                passwords=[f"+{REDIS_PASSWORD}"],
+                keys=["*"],
+                commands=["+@all", "-config"],
+            )
+        finally:
+            await client.aclose()
+        url = f"redis://bot:{REDIS_PASSWORD}@127.0.0.1:{weak.port}/0"
+        checked = await opsloop_check(
+            environment(slack, redis_server, model, REDIS_URL=url), cwd=tmp_path
+        )
+        assert checked.code == 0, checked
+        assert checked.line("redis").endswith(
+            f" at 127.0.0.1:{weak.port}; durability unknown (CONFIG not allowed)"
+        )
+        checked.shows_no(REDIS_PASSWORD)
+    finally:
+        weak.stop()
+
+
+async def test_a_bad_slack_token_fails_naming_slacks_error(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    token = "not-a-bot-token-0123456789"
+    env = environment(slack, redis_server, model, SLACK_BOT_TOKEN=token)
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 1, checked
+    assert checked.line("slack") == (
+        "FAIL  slack: auth.test refused: invalid_auth (check SLACK_BOT_TOKEN)"
+    )
+    assert checked.lines[-1] == "1 check failed"
+    checked.shows_no(token)
+
+
+async def test_the_model_endpoint_refusing_the_key_fails(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    model.server.api_key = "sk-the-right-key-0123456789"
+    checked = await opsloop_check(environment(slack, redis_server, model), cwd=tmp_path)
+    assert checked.code == 1, checked
+    assert checked.line("model") == (
+        f"FAIL  model: {LLM_MODEL} at {model.base_url}: authentication refused (401); "
+        "check LLM_API_KEY"
+    )
+    checked.shows_no(LLM_API_KEY, "sk-the-right-key-0123456789")
+
+
+async def test_a_model_the_endpoint_does_not_list_or_no_list_is_a_warning(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    env = environment(slack, redis_server, model, LLM_FALLBACK_MODELS="other-model")
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 0, checked
+    assert checked.line("model") == (
+        f"warn  model: {LLM_MODEL}, other-model at {model.base_url} answered GET /models (200), "
+        "but LLM_FALLBACK_MODELS other-model not listed by the endpoint"
+    )
+    assert checked.lines[-1].startswith("all ")
+
+    no_list = f"{model.server.root_url}/elsewhere"
+    env = environment(slack, redis_server, model, LLM_BASE_URL=no_list)
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 0, checked
+    assert checked.line("model") == (
+        f"warn  model: {LLM_MODEL} at {no_list}: endpoint has no /models (404); not verified"
+    )
+
+
+async def test_anthropic_and_fallback_endpoints_are_each_checked_with_their_own_key(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    closed = free_port()  # nothing listens there
+    env = environment(
+        slack,
+        redis_server,
+        model,
+        LLM_PROVIDER="anthropic",
+        LLM_BASE_URL=model.server.root_url,
+        LLM_FALLBACK_MODELS=f"{LLM_MODEL}-small,openai:gpt-x",
+        OPENAI_BASE_URL=f"http://127.0.0.1:{closed}/v1",
+        OPENAI_API_KEY="sk-openai-fallback-0123456789",
+    )
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 1, checked
+    assert checked.line("model") == (
+        f"warn  model: {LLM_MODEL}, {LLM_MODEL}-small at {model.server.root_url} answered "
+        f"GET /v1/models (200), but LLM_FALLBACK_MODELS {LLM_MODEL}-small not listed by the "
+        "endpoint"
+    )
+    assert checked.line("model openai:gpt-x") == (
+        f"FAIL  model openai:gpt-x: gpt-x at http://127.0.0.1:{closed}/v1: "
+        "cannot connect (connection refused)"
+    )
+    (listing,) = model.requests
+    assert listing.path == "/v1/models" and listing.headers["x-api-key"] == LLM_API_KEY
+    assert listing.headers["anthropic-version"] == "2023-06-01"
+    checked.shows_no(LLM_API_KEY, "sk-openai-fallback-0123456789")
+
+    model.server.api_key = "sk-ant-the-right-key-0123456789"
+    env = environment(
+        slack, redis_server, model, LLM_PROVIDER="anthropic", LLM_BASE_URL=model.server.root_url
+    )
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 1, checked
+    assert checked.line("model") == (
+        f"FAIL  model: {LLM_MODEL} at {model.server.root_url}: authentication refused (401); "
+        "check LLM_API_KEY"
+    )
+
+
+async def test_a_missing_variable_exits_2_with_one_line(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    env = environment(slack, redis_server, model, SLACK_SIGNING_SECRET=None)
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert (checked.code, checked.out) == (2, "")
+    assert checked.err == "opsloop: SLACK_SIGNING_SECRET: required\n"
+
+    env = environment(slack, redis_server, model, OPSLOOP_MAX_ITERATIONS="many")
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert (checked.code, checked.out) == (2, "")
+    assert checked.err.startswith("opsloop: OPSLOOP_MAX_ITERATIONS: ")
+    assert checked.err.count("\n") == 1
+    assert slack.calls == [] and model.requests == []  # nothing else was checked
+
+
+async def test_a_missing_model_name_fails_the_settings(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    checked = await opsloop_check(
+        environment(slack, redis_server, model, LLM_MODEL=None), cwd=tmp_path
+    )
+    assert checked.code == 1, checked
+    assert checked.line("settings").startswith("FAIL  settings: LLM_MODEL: required")
+    assert not any(line[6:].startswith("model") for line in checked.lines)
+    assert checked.lines[-1] == "1 check failed"
+
+
+async def test_socket_mode_needs_the_app_token_not_the_signing_secret(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    socket = {"SLACK_SIGNING_SECRET": None, "SLACK_APP_TOKEN": APP_TOKEN}
+    env = environment(slack, redis_server, model, **socket)
+    checked = await opsloop_check(env, "--mode", "socket", cwd=tmp_path)
+    assert checked.code == 0, checked
+    assert checked.line("settings") == (
+        "ok    settings: socket has SLACK_BOT_TOKEN, SLACK_APP_TOKEN, REDIS_URL, LLM_MODEL"
+    )
+    assert checked.line("slack app").startswith("ok    slack app: SLACK_APP_TOKEN is an app-level")
+    assert "apps.connections.open" not in [call.method for call in slack.calls]
+    checked.shows_no(APP_TOKEN, BOT_TOKEN)
+
+    env = environment(slack, redis_server, model, **{**socket, "SLACK_APP_TOKEN": "xoxb-2-wrong"})
+    checked = await opsloop_check(env, "--mode", "socket", cwd=tmp_path)
+    assert checked.code == 0, checked
+    assert checked.line("slack app").startswith("warn  slack app: SLACK_APP_TOKEN does not start")
+
+    env = environment(slack, redis_server, model, SLACK_SIGNING_SECRET=None)
+    checked = await opsloop_check(env, "--mode", "socket", cwd=tmp_path)
+    assert (checked.code, checked.err) == (2, "opsloop: SLACK_APP_TOKEN: required\n")
+
+
+async def test_pack_backends_down_fail_each_in_its_own_line(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    prometheus, supervisor = free_port(), free_port()  # nothing listens there
+    env = environment(
+        slack,
+        redis_server,
+        model,
+        OPSLOOP_PACKS="host,prometheus,supervisor",
+        OPSLOOP_LOG_DIRS=str(tmp_path / "no-such-dir"),
+        PROMETHEUS_URL=f"http://ops:{SUPERVISOR_PASSWORD}@127.0.0.1:{prometheus}",
+        SUPERVISOR_URL=f"http://ops:{SUPERVISOR_PASSWORD}@127.0.0.1:{supervisor}",
+    )
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 1, checked
+    assert checked.line("tools") == "ok    tools: 12 tools (host: 5, prometheus: 4, supervisor: 3)"
+    assert checked.line("pack host") == (
+        f"warn  pack host: OPSLOOP_LOG_DIRS names missing directories {tmp_path / 'no-such-dir'}"
+    )
+    assert checked.line("pack prometheus") == (
+        f"FAIL  pack prometheus: http://127.0.0.1:{prometheus}: connection refused"
+    )
+    assert checked.line("pack supervisor") == (
+        f"FAIL  pack supervisor: supervisor at http://127.0.0.1:{supervisor}/RPC2 is "
+        "unreachable: Connection refused"
+    )
+    assert checked.lines[-1] == "2 checks failed"
+    assert checked.seconds < FAST_S
+    checked.shows_no(SUPERVISOR_PASSWORD)
+
+
+async def test_a_pack_without_its_backend_url_fails_the_tools(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    env = environment(slack, redis_server, model, OPSLOOP_PACKS="prometheus")
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 1, checked
+    assert checked.line("tools") == (
+        "FAIL  tools: PROMETHEUS_URL is required for the prometheus pack"
+    )
+    assert not any(line[6:].startswith("pack prometheus") for line in checked.lines)
