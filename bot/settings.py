@@ -153,6 +153,8 @@ DEFAULT_PORT = 3000
 # On shutdown, how long running jobs get to reach a step boundary and hand over: under
 # Kubernetes' default 30 s grace period with the HTTP server's own shutdown wait.
 DEFAULT_DRAIN_S = 20.0
+# A card still pending after this long is recalled once in its thread (0: never).
+DEFAULT_APPROVAL_REMIND_S = 600.0
 
 
 class BotSettings(BaseSettings):
@@ -172,6 +174,9 @@ class BotSettings(BaseSettings):
     token_budget: int = Field(DEFAULT_TOKEN_BUDGET, alias="OPSLOOP_TOKEN_BUDGET", gt=0)
     approval_ttl_s: float = Field(DEFAULT_APPROVAL_TTL_S, alias="OPSLOOP_APPROVAL_TTL_S", gt=0)
     drain_s: float = Field(DEFAULT_DRAIN_S, alias="OPSLOOP_DRAIN_S", ge=0)
+    approval_remind_s: float = Field(
+        DEFAULT_APPROVAL_REMIND_S, alias="OPSLOOP_APPROVAL_REMIND_S", ge=0
+    )
     system_prompt_file: str | None = Field(None, alias="OPSLOOP_SYSTEM_PROMPT")
     host: str = Field("0.0.0.0", alias="HOST")
     port: int = Field(DEFAULT_PORT, alias="PORT", gt=0, lt=65536)

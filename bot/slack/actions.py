@@ -20,7 +20,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.state import StopReason
 from bot.errors import StoreError
 from bot.slack.blockkit import Message
-from bot.slack.blocks import approval_card, decided_card, ending_message
+from bot.slack.blocks import approval_card, decided_card, ending_message, reminder_message
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
 from bot.store.approvals import REFUSED_EXPIRED, REFUSED_STALE, ApprovalRecord, refusal_text
@@ -49,6 +49,16 @@ class Interactions:
             channel=record.channel, thread_ts=record.thread_ts, text=card.text, blocks=card.blocks
         )
         await self.turns.approvals.set_card(approval.job_id, approval.call_id, str(reply["ts"]))
+
+    async def remind(self, approval: ApprovalRecord) -> None:
+        """Recall a card still pending, once, in its thread (the scanner's hook)."""
+        message = reminder_message(approval, approvers=self.policy.approvers, now=time.time())
+        await self.client.chat_postMessage(
+            channel=approval.channel,
+            thread_ts=approval.thread_ts,
+            text=message.text,
+            blocks=message.blocks,
+        )
 
     def edit_card(self, approval: ApprovalRecord) -> None:
         if approval.card_ts is None or approval.status == "pending":

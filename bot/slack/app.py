@@ -252,6 +252,7 @@ class SlackBot:
                 condense_at_tokens=self.llm_settings.condense_at_tokens,
                 stream=self.llm_settings.stream,
                 approval_ttl_s=settings.approval_ttl_s,
+                approval_remind_s=settings.approval_remind_s,
             ),
             condense=ModelCondenser.from_settings(
                 resolver.chain()[0], system_prompt=prompt, settings=self.llm_settings
@@ -272,7 +273,10 @@ class SlackBot:
         self.turns.on_paused = self.actions.post_card
         self.turns.on_unknown_outcome = self.actions.tell_unknown
         self.scanner = Scanner(
-            self.turns, schedule=self._schedule, on_expired=self.actions.card_expired
+            self.turns,
+            schedule=self._schedule,
+            on_expired=self.actions.card_expired,
+            on_remind=self.actions.remind,
         )
         self.app = AsyncApp(
             client=self.client,

@@ -266,10 +266,7 @@ def _card_body(record: ApprovalRecord, approvers: Sequence[str] = ()) -> list[Bl
         blocks.append(section_block(head + cut(body, MAX_SECTION - len(head) - len(tail)) + tail))
     who = ""
     if approvers:  # whom to ask, in an incident
-        shown = [group_mention(a) if a.startswith("S") else mention(a) for a in approvers]
-        more = len(shown) - MAX_CARD_APPROVERS
-        who = " · approvers: " + ", ".join(shown[:MAX_CARD_APPROVERS])
-        who += f" and {more} more" if more > 0 else ""
+        who = " · approvers: " + whom_to_ask(approvers)
     if record.category == "destructive":
         who += " · the requester may not approve it"
     blocks.append(
@@ -279,6 +276,27 @@ def _card_body(record: ApprovalRecord, approvers: Sequence[str] = ()) -> list[Bl
         )
     )
     return blocks
+
+
+def whom_to_ask(approvers: Sequence[str]) -> str:
+    """``<@U1>, <!subteam^S1>`` (at most ``MAX_CARD_APPROVERS``, then ``and N more``)."""
+    shown = [group_mention(a) if a.startswith("S") else mention(a) for a in approvers]
+    more = len(shown) - MAX_CARD_APPROVERS
+    return ", ".join(shown[:MAX_CARD_APPROVERS]) + (f" and {more} more" if more > 0 else "")
+
+
+def reminder_message(record: ApprovalRecord, *, approvers: Sequence[str], now: float) -> Message:
+    """The one recall of a card still pending: what waits, since when, whom to ask."""
+    waited = duration(max(now - record.requested_at, 0.0))
+    who = whom_to_ask(approvers) if approvers else "anyone in the channel"
+    if record.category == "destructive":
+        who += f" (not {mention(record.requester)}: two-person rule)"
+    text = (
+        f":alarm_clock: Still waiting for an approval of `{escaped(record.tool, 80)}` "
+        f"(asked {waited} ago; the card above expires at {hhmm(record.expires_at)}). "
+        f"Who can approve: {who}."
+    )
+    return Message(text=text, blocks=[section_block(text)])
 
 
 def approval_card(record: ApprovalRecord, *, approvers: Sequence[str] = ()) -> Message:

@@ -100,6 +100,15 @@ class DecideResult:
     refusal: str | None = None
 
 
+# KEYS[1] a ZSET of index members. ARGV: now, limit. Removes and returns the members due.
+_TAKE_DUE = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+if #due > 0 then
+  redis.call('ZREM', KEYS[1], unpack(due))
+end
+return due
+"""
+
 # KEYS[1] approval hash. ARGV: args_hash, expires_at, data, ttl seconds, card ts ('' = none).
 # Returns 1 if created, else the existing hash as a flat field/value list.
 _CREATE = """
@@ -221,12 +230,16 @@ class Approvals:
         self._decide = redis.register_script(_DECIDE)
         self._set_card = redis.register_script(_SET_CARD)
         self._claim_card = redis.register_script(_CLAIM_CARD)
+        self._take = redis.register_script(_TAKE_DUE)
 
-    async def create(self, record: ApprovalRecord) -> ApprovalRecord:
+    async def create(
+        self, record: ApprovalRecord, *, remind_at: float | None = None
+    ) -> ApprovalRecord:
         """Store a pending approval, unless one exists for the call; return the stored one.
 
         A second create for the same call changes nothing and returns the first record
-        (a resumed job asking again gets the card it already has).
+        (a resumed job asking again gets the card it already has). ``remind_at``: when
+        to remind people of it if still pending (``take_reminders``).
         """
         if record.status != "pending" or record.decided_by or record.decided_at is not None:
             raise ValueError("a new approval must be pending and undecided")
@@ -240,6 +253,10 @@ class Approvals:
             await self._redis.zadd(
                 self._keys.approval_expiries(), {member: record.expires_at}, nx=True
             )
+            if remind_at is not None and remind_at < record.expires_at:
+                await self._redis.zadd(
+                    self._keys.approval_reminders(), {member: remind_at}, nx=True
+                )
             stored = await self._create(
                 keys=[key],
                 args=[record.args_hash, repr(record.expires_at), data, ttl, record.card_ts or ""],
@@ -332,6 +349,16 @@ class Approvals:
             )
         return [parse_index_member(str(m)) for m in members]
 
+    async def take_reminders(self, now: float, limit: int = 100) -> list[tuple[str, str]]:
+        """``(job_id, call_id)`` of approvals whose reminder time has come, each handed
+        to exactly one caller (taken out of the index in the same script). A hint: the
+        caller checks the approval is still pending."""
+        async with translated("approval reminders"):
+            members = await self._take(
+                keys=[self._keys.approval_reminders()], args=[repr(now), limit]
+            )
+        return [parse_index_member(str(m)) for m in members]
+
     async def _reindex(self, record: ApprovalRecord) -> None:
         """Make the index agree with a record found by a repeated ``create``."""
         member = index_member(record.job_id, record.call_id)
@@ -345,9 +372,11 @@ class Approvals:
         """Best effort: the decision already stands; a leftover hint is dropped later."""
         try:
             async with translated("approval unindex"):
-                await self._redis.zrem(
-                    self._keys.approval_expiries(), index_member(job_id, call_id)
-                )
+                member = index_member(job_id, call_id)
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.zrem(self._keys.approval_expiries(), member)
+                    pipe.zrem(self._keys.approval_reminders(), member)
+                    await pipe.execute()
         except StoreError:
             log.warning("could not drop the expiry hint of %s/%s", job_id, call_id, exc_info=True)
 

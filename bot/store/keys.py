@@ -114,6 +114,10 @@ class Keys:
         """ZSET ``job_id|call_id`` → expiry time, for the scanner."""
         return f"{self.prefix}index:approvals"
 
+    def approval_reminders(self) -> str:
+        """ZSET ``job_id|call_id`` → when to remind people of a pending card (taken once)."""
+        return f"{self.prefix}index:approval-reminders"
+
     def cancel_channel(self) -> str:
         """Pub/sub channel: ``job_id|user`` when someone presses Stop."""
         return f"{self.prefix}cancel"

@@ -88,6 +88,7 @@ class TurnSettings:
     condense_at_tokens: int | None = None
     stream: bool = False
     approval_ttl_s: float = 3600.0
+    approval_remind_s: float = 600.0  # a pending card is recalled once after this; 0: never
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +426,8 @@ class Turns:
                     thread_ts=thread.thread_ts,
                     requested_at=now,
                     expires_at=now + self.settings.approval_ttl_s,
-                )
+                ),
+                remind_at=now + remind_s if (remind_s := self.settings.approval_remind_s) else None,
             )
             return Pending() if stored.status == "pending" else to_decision(stored)
 

@@ -4,6 +4,8 @@ Every ``SCAN_INTERVAL_S`` (5 s) each process looks at the live jobs that are due
 process-wide index (``Jobs.due``) and at approvals past their expiry
 (``Approvals.due``):
 
+- approvals past their reminder time (``Approvals.take_reminders``, each taken by one
+  process): recall the still pending card once in its thread.
 - ``queued``: (re)schedule it; the thread's lease decides who runs it.
 - ``running`` with no lease: its process died; resume it (from its last step). With a
   lease held elsewhere: look again just after that lease would expire (a timer, so a
@@ -47,12 +49,14 @@ class Scanner:
         *,
         schedule: Callable[[str], None],
         on_expired: Callable[[ApprovalRecord], Awaitable[None]],
+        on_remind: Callable[[ApprovalRecord], Awaitable[None]] | None = None,
         interval_s: float = SCAN_INTERVAL_S,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.turns = turns
         self.schedule = schedule
         self.on_expired = on_expired
+        self.on_remind = on_remind
         self.interval_s = interval_s
         self.now = now
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -76,6 +80,9 @@ class Scanner:
         now = self.now()
         for job_id, call_id in await self.turns.approvals.due(now):
             await self._expire(job_id, call_id, now)
+        if self.on_remind is not None:
+            for job_id, call_id in await self.turns.approvals.take_reminders(now):
+                await self._remind(job_id, call_id)
         for job_id in await self.turns.jobs.due(now):
             await self._look_at(job_id, now)
 
@@ -91,6 +98,16 @@ class Scanner:
         except Exception:
             log.warning("could not mark the card of %s/%s expired", job_id, call_id, exc_info=True)
         self.schedule(job_id)
+
+    async def _remind(self, job_id: str, call_id: str) -> None:
+        """Recall a card still pending (taken from the index by this process alone)."""
+        record = await self.turns.approvals.get(job_id, call_id)
+        if record is None or record.status != "pending" or self.on_remind is None:
+            return
+        try:
+            await self.on_remind(record)
+        except Exception:
+            log.warning("could not remind about %s/%s", job_id, call_id, exc_info=True)
 
     async def _look_at(self, job_id: str, now: float) -> None:
         turns = self.turns

@@ -5,6 +5,8 @@ Every test passes ``now`` explicitly; nothing reads the wall clock.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis.asyncio as aioredis
 
@@ -389,3 +391,33 @@ async def test_one_poster_at_a_time_claims_a_card_and_a_dead_ones_claim_expires(
     assert await approvals.claim_card(record.job_id, record.call_id, now=now + 31)
     await approvals.set_card(record.job_id, record.call_id, "1700000000.000500")
     assert not await approvals.claim_card(record.job_id, record.call_id, now=now + 999)
+
+
+async def test_each_reminder_is_taken_once_and_a_decision_drops_it(
+    redis: aioredis.Redis, server: ManagedRedis, keys: Keys, thread: Thread
+) -> None:
+    approvals = Approvals(redis, keys)
+    for n in range(20):
+        await approvals.create(pending(thread, f"call_{n}"), remind_at=NOW + 600)
+    await approvals.create(pending(thread, "late"), remind_at=NOW + 900)
+    await approvals.create(pending(thread, "never"))  # no reminder asked
+    await approvals.create(pending(thread, "past_expiry"), remind_at=NOW + TTL + 1)
+    decided = await approvals.decide(
+        thread.job_id(3), "call_0", outcome="approved", by=BOB, args_hash=HASH, now=NOW + 1
+    )
+    assert decided is not None and decided.won
+
+    assert await approvals.take_reminders(NOW + 599) == []
+    # Two processes scanning at once: every due reminder goes to exactly one of them.
+    other_client = connect(server.url)  # another process's view
+    try:
+        first, second = await asyncio.gather(
+            approvals.take_reminders(NOW + 600),
+            Approvals(other_client, keys).take_reminders(NOW + 600),
+        )
+    finally:
+        await other_client.aclose()
+    taken = sorted(c for _, c in first + second)
+    assert taken == sorted(f"call_{n}" for n in range(1, 20))
+    assert not set(first) & set(second)
+    assert await approvals.take_reminders(NOW + 10_000) == [(thread.job_id(3), "late")]
