@@ -5,7 +5,7 @@ every job of it, oldest first) or a Slack message link (``…/archives/C123/p170
 with ``?thread_ts=`` when it links a reply). For each job it prints the record (status,
 who started it, limits used and raised, how it ended) and its trace: every model call
 with its tokens, every tool call with its arguments and who confirmed it, every approval
-with who decided it and when, replies taken in mid-turn, fallbacks, condensing, each
+with who decided it and when, what people wrote that it took in, fallbacks, condensing, each
 run's end, and the job's answer. ``--json`` prints one JSON object per job instead (for ``jq``).
 
 Only reads: it needs ``REDIS_URL`` (and ``OPSLOOP_REDIS_PREFIX`` when the bot uses one),
@@ -15,6 +15,7 @@ nothing of Slack or the model. Jobs, traces and approvals are kept 30 days.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import re
@@ -22,9 +23,13 @@ import sys
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
+import redis.asyncio as aioredis
+
+from bot.agent.messages import UserMessage
 from bot.errors import ConfigError, StoreError
 from bot.store.approvals import ApprovalRecord, Approvals
 from bot.store.connection import connect, translated
+from bot.store.history import load_message
 from bot.store.jobs import JobRecord, Jobs
 from bot.store.keys import Keys, Thread
 from bot.store.trace import (
@@ -43,6 +48,7 @@ from bot.store.trace import (
 MAX_JOBS = 200  # a thread's jobs shown at most (the newest)
 ARGS_CHARS = 300  # a tool call's arguments on one line of the human rendering
 ANSWER_CHARS = 1_500  # the job's answer, shown at the end
+SAID_CHARS = 200  # a message people wrote, on its timeline line
 
 _CHANNEL = r"[CDG][A-Z0-9]+"
 _TS = r"\d{9,10}\.\d{6}"
@@ -82,6 +88,7 @@ class JobTrace:
     job: JobRecord
     entries: list[TraceEntry]
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)  # by call id
+    said: dict[str, str] = field(default_factory=dict)  # people's messages by Slack ts
 
 
 async def load(redis_url: str, keys: Keys, target: Target) -> list[JobTrace]:
@@ -96,13 +103,14 @@ async def load(redis_url: str, keys: Keys, target: Target) -> list[JobTrace]:
                 raw = await redis.get(keys.jobs_counter(target.thread))
             count = int(raw or 0)
             numbers = list(range(max(count - MAX_JOBS, 0) + 1, count + 1))
+        said = await _people_said(redis, keys, target.thread) if numbers else {}
         found: list[JobTrace] = []
         for n in numbers:
             record = await jobs.get(target.thread.job_id(n))
             if record is None:
                 continue
             entries = await read_trace(redis, keys, record.id)
-            trace = JobTrace(record, entries)
+            trace = JobTrace(record, entries, said=said)
             for entry in entries:
                 if isinstance(entry, ApprovalEntry) and entry.call_id not in trace.approvals:
                     approval = await approvals.get(record.id, entry.call_id)
@@ -112,6 +120,20 @@ async def load(redis_url: str, keys: Keys, target: Target) -> list[JobTrace]:
         return found
     finally:
         await redis.aclose()
+
+
+async def _people_said(redis: aioredis.Redis, keys: Keys, thread: Thread) -> dict[str, str]:
+    """What people wrote in the thread as the bot took it in (the history's user
+    messages, by their Slack ts), for naming the messages a trace says were taken in."""
+    async with translated("trace history"):
+        raw: list[str | bytes] = await redis.lrange(keys.history(thread), 0, -1)
+    said: dict[str, str] = {}
+    for item in raw:
+        with contextlib.suppress(ValueError):
+            message = load_message(item if isinstance(item, str) else item.decode())
+            if isinstance(message, UserMessage) and message.source_id:
+                said[message.source_id] = message.content
+    return said
 
 
 # -- rendering ------------------------------------------------------------------------
@@ -196,7 +218,9 @@ def _line(entry: TraceEntry, trace: JobTrace) -> tuple[str, str]:
             asked = f"{entry.tool} ({category}call {entry.call_id})"
             return "approval", f"{asked} · {_decision(approval)}"
         case InjectEntry():
-            return "message", f"{_plural(entry.count, 'message')} from the thread taken in"
+            head = f"{_plural(entry.count, 'message')} from the thread taken in"
+            words = [_said(trace.said[i]) for i in entry.ids if i in trace.said]
+            return "message", "; ".join([head, *words]) if words else head
         case FallbackEntry():
             return "fallback", f"{entry.model} → {entry.to_model}: {entry.error}"
         case LimitEntry():
@@ -218,6 +242,11 @@ def _line(entry: TraceEntry, trace: JobTrace) -> tuple[str, str]:
             if entry.error:
                 parts.append(entry.error)
             return "end", " · ".join(parts)
+
+
+def _said(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= SAID_CHARS else line[: SAID_CHARS - 1] + "…"
 
 
 def render(trace: JobTrace) -> str:

@@ -77,6 +77,9 @@ async def test_trace_tells_the_story_of_an_approved_restart(
     # the mention taken in → the model asks → the run pauses for the card → the approved
     # call runs → the model answers
     assert kinds == ["message", "model", "approval", "end", "tool", "model", "end"], out
+    taken = next(line for line in lines if "  message  " in line)
+    assert "nginx leaks memory on web-03, restart it" in taken  # what was asked, and by whom
+    assert "<@U1>" in taken
     approval = next(line for line in lines if "  approval  " in line)
     assert "restart_service (mutating, call " in approval
     assert "approved by UAPPROVER1 at " in approval
