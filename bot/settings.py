@@ -126,7 +126,7 @@ class ToolSettings(BaseSettings):
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     name = ".".join(str(p) for p in err["loc"]) or "configuration"
-    return f"{name}: {err['msg']}"
+    return f"{name}: {err['msg'].removeprefix('Value error, ')}"
 
 
 def load_llm_settings() -> LLMSettings:
@@ -145,6 +145,7 @@ def load_tool_settings() -> ToolSettings:
 
 
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 DEFAULT_MAX_ITERATIONS = 20
 DEFAULT_DEADLINE_S = 3600.0
 DEFAULT_TOKEN_BUDGET = 200_000
@@ -192,6 +193,14 @@ class BotSettings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(REDIS_SCHEMES):
+            # Named without the value: it may carry a password.
+            raise ValueError("must start with " + ", ".join(REDIS_SCHEMES))
+        return value
 
     @field_validator("slack_api_url")
     @classmethod

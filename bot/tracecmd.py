@@ -309,7 +309,7 @@ def render_json(trace: JobTrace) -> str:
 
 def main(target_text: str, *, as_json: bool = False) -> int:
     """Print the target's jobs; 0 when any was found, 1 when none or Redis failed,
-    2 when the target cannot be read."""
+    2 when the target or a variable cannot be read."""
     from bot.settings import load_bot_settings
 
     try:
@@ -320,10 +320,14 @@ def main(target_text: str, *, as_json: bool = False) -> int:
     try:
         settings = load_bot_settings()
         settings.require("REDIS_URL")
-        assert settings.redis_url is not None
-        keys = Keys(settings.redis_prefix)
+    except ConfigError as exc:
+        print(f"opsloop trace: {exc}", file=sys.stderr)
+        return 2
+    assert settings.redis_url is not None
+    keys = Keys(settings.redis_prefix)
+    try:
         traces = asyncio.run(load(settings.redis_url, keys, target))
-    except (ConfigError, StoreError) as exc:
+    except StoreError as exc:
         print(f"opsloop trace: {exc}", file=sys.stderr)
         return 1
     if not traces:

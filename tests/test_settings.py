@@ -74,6 +74,10 @@ def test_values_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
         ("OPSLOOP_MAX_ITERATIONS", "0"),
         ("OPSLOOP_TOKEN_BUDGET", "-5"),
         ("OPSLOOP_DEADLINE_S", "soon"),
+        ("REDIS_URL", "localhost:6379"),
+        ("REDIS_URL", "http://redis:6379"),
+        ("OPSLOOP_DRAIN_S", "-1"),
+        ("OPSLOOP_APPROVAL_REMIND_S", "later"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_variable(

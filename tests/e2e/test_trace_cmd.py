@@ -122,3 +122,10 @@ async def test_trace_says_clearly_what_it_cannot_find(redis_server: ManagedRedis
     assert code == 1 and out == ""
     assert err.startswith("opsloop trace: redis unavailable during "), err
     assert "Traceback" not in err
+    code, out, err = await opsloop_trace(
+        redis_server, "C1:1700000000.000100", REDIS_URL="http://:pw@127.0.0.1:1/0"
+    )
+    assert (code, out) == (2, "")
+    assert err.strip() == (
+        "opsloop trace: REDIS_URL: must start with redis://, rediss://, unix://"
+    )  # and never shows the URL, which may hold a password
