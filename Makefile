@@ -28,6 +28,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/llm_client.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/store.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/tools.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/redact.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/slack_ack.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_host_http.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_prometheus.py
