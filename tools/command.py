@@ -51,6 +51,7 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import signal
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -217,6 +218,11 @@ class CommandTool(DeclaredTool):
                 raise ToolError(f"{where}[{index}] {element!r}: the value contains a NUL character")
             argv.append(text)
         return argv
+
+    def preview(self, args: BaseModel, ctx: CallContext) -> str | None:
+        """The argv a call runs, quoted for reading as a shell would (it is never run
+        through one), for the approval card. The environment is not shown."""
+        return shlex.join(self.argv(args, ctx))
 
     def environment(self, ctx: CallContext) -> tuple[dict[str, str], list[str]]:
         """The child's whole environment, and the secret values to redact (longest

@@ -488,6 +488,18 @@ class HttpTool(DeclaredTool):
         self.request = spec.request
         self.fetcher = fetcher or HttpFetcher()
 
+    def preview(self, args: BaseModel, ctx: CallContext) -> str | None:
+        """The request a call sends: method, URL, header names (their values may be
+        secrets) and the JSON body, for the approval card."""
+        values = self.values(args, ctx)
+        request = self.request
+        lines = [f"{request.method} {render_url(request.url, values)}"]
+        if request.headers:
+            lines.append("Headers: " + ", ".join(request.headers))
+        if request.body is not None and request.method != "HEAD":
+            lines.append(pretty(render_body(request.body, values)))
+        return "\n".join(lines)
+
     async def execute(self, args: BaseModel, ctx: CallContext) -> str:
         values = self.values(args, ctx)
         request = self.request

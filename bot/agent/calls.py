@@ -31,6 +31,7 @@ from bot.agent.state import PendingApproval, RunState
 from bot.agent.tools import (
     CONFIRMED_BY,
     CallContext,
+    Previewable,
     Tool,
     canonical_json,
     needs_confirm,
@@ -41,6 +42,7 @@ from bot.errors import ToolError
 log = logging.getLogger(__name__)
 
 MAX_ARGUMENT_CHARS = 100_000
+APPROVER = "<approver>"  # ``confirmed_by`` in a preview, before anyone approved
 MAX_ERROR_DETAILS = 10
 
 
@@ -240,6 +242,7 @@ class CallRunner:
                     args_hash=digest,
                     reason=reason,
                     dry_run_output=dry_run_output,
+                    preview=self._preview(tool, model, call),
                 )
             )
         match decision:
@@ -265,6 +268,17 @@ class CallRunner:
                 if not who:
                     return self._refused(call, "Error: declined: approval without an approver")
                 return await self._ledgered(tool, model, call, canonical, digest, who)
+
+    def _preview(self, tool: Tool, model: BaseModel, call: ToolCall) -> str | None:
+        """What the call will run, as its tool tells it (``confirmed_by`` not known yet)."""
+        if not isinstance(tool, Previewable):
+            return None
+        ctx = CallContext(job_id=self._config.job_id, call_id=call.id, confirmed_by=APPROVER)
+        try:
+            return tool.preview(model, ctx)
+        except Exception:  # a preview is a courtesy: the card goes out without it
+            log.warning("tool %s: no preview", tool.name, exc_info=True)
+            return None
 
     async def _ledgered(
         self, tool: Tool, model: BaseModel, call: ToolCall, canonical: str, digest: str, who: str

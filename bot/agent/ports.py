@@ -95,6 +95,7 @@ class ConfirmRequest:
     args_hash: str
     reason: str | None  # the assistant text that came with the call
     dry_run_output: str | None
+    preview: str | None = None  # what exactly will run (``Previewable``), if the tool says
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

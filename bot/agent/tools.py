@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -64,6 +64,14 @@ class Tool(Protocol):
     async def execute(self, args: BaseModel, ctx: CallContext) -> str | bytes:
         """Run the call; raise ``ToolError`` (or anything) to report a failure."""
         ...
+
+
+@runtime_checkable
+class Previewable(Protocol):
+    """A tool that can say exactly what a call will do before it runs (a command tool's
+    argv, an http tool's request), for the person asked to approve it."""
+
+    def preview(self, args: BaseModel, ctx: CallContext) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

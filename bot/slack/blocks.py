@@ -58,6 +58,7 @@ MAX_TOOL_LINES = 8  # finished tools shown on the status message (the latest one
 TOOL_RESULT_CHARS = 150
 MAX_CARD_ARGS = 12
 MAX_CARD_APPROVERS = 8
+MAX_PREVIEW_CHARS = 1_000
 ARG_VALUE_CHARS = 300
 ERROR_CHARS = 500
 
@@ -258,6 +259,10 @@ def _card_body(record: ApprovalRecord, approvers: Sequence[str] = ()) -> list[Bl
     if len(args) > MAX_CARD_ARGS:
         lines.append(f"_{plural(len(args) - MAX_CARD_ARGS, 'more argument')}_")
     blocks.append(section_block("*Arguments*\n" + ("\n".join(lines) or "_none_")))
+    if record.preview:
+        head, tail = "*Will run*\n```\n", "\n```"
+        body = escape(record.preview.strip("\n")).replace("```", "`\u200b``")
+        blocks.append(section_block(head + cut(body, MAX_PREVIEW_CHARS) + tail))
     if record.dry_run_output is not None:
         head, tail = "*Dry run output*\n```\n", "\n```"
         body = escape(record.dry_run_output.strip("\n") or "(no output)").replace(

@@ -76,6 +76,7 @@ class ApprovalRecord(BaseModel):
     arguments: dict[str, object]
     reason: str | None = None  # the assistant text that came with the call
     dry_run_output: str | None = None
+    preview: str | None = None  # what exactly will run, as the tool says (a command's argv)
     requester: str  # Slack user id of whoever started the job
     channel: str
     thread_ts: str

@@ -421,6 +421,7 @@ class Turns:
                     arguments=request.arguments,
                     reason=request.reason,
                     dry_run_output=request.dry_run_output,
+                    preview=request.preview,
                     requester=record.requester,
                     channel=thread.channel,
                     thread_ts=thread.thread_ts,

@@ -464,3 +464,38 @@ async def test_an_approval_bound_to_this_call_runs_it(clock: FakeClock) -> None:
 
     assert result.stop_reason is StopReason.COMPLETED, result.error
     assert [e.ctx.confirmed_by for e in executions] == [APPROVER]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreviewingTool(FunctionTool):
+    """A tool that says what a call will run (as a command tool does)."""
+
+    fails: bool = False
+
+    def preview(self, args: Any, ctx: CallContext) -> str | None:
+        if self.fails:
+            raise RuntimeError("cannot render")
+        return f"ssh {args.host} systemctl restart {args.service} # by {ctx.confirmed_by}"
+
+
+@pytest.mark.parametrize("fails", [False, True])
+async def test_confirm_request_carries_the_tools_preview(clock: FakeClock, fails: bool) -> None:
+    base = recording_tool([])
+    tool = PreviewingTool(
+        name=base.name,
+        description=base.description,
+        args_model=base.args_model,
+        fn=base.fn,
+        category="mutating",
+        fails=fails,
+    )
+    confirm = Confirmer(Denied(reason="denied by <@U1>"))
+    model = ScriptedModel([calls(restart()), text("ok")])
+    result = await run(make_config(model, tools=[tool], confirm=confirm, clock=clock))
+
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    [request] = confirm.requests
+    if fails:  # a preview is a courtesy: the card is asked for without it
+        assert request.preview is None
+    else:
+        assert request.preview == "ssh web-03 systemctl restart nginx # by <approver>"

@@ -27,6 +27,10 @@ async def test_approve_runs_the_call_once_as_the_clicker(
     card = await wait_card(slack, "C1", event["ts"])
     assert "restart_service" in card.text and "nginx" in str(card.blocks)
     assert "Restarting nginx to clear the leak." in str(card.blocks)
+    # The approver sees exactly what will run (the approver's id goes where it says).
+    assert "*Will run*" in str(card.blocks)
+    assert "recorder.py" in str(card.blocks)
+    assert "restart_service nginx '&lt;approver&gt;'" in str(card.blocks)
     assert runs(log) == []  # nothing ran before the click
     status_ts = next(m.ts for m in slack.messages("C1", event["ts"]) if m.user == "UBOT")
     await slack.wait_for(

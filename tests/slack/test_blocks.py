@@ -563,3 +563,12 @@ def test_the_card_says_whom_to_ask() -> None:
 def test_a_destructive_card_names_the_two_person_rule() -> None:
     card = approval_card(record(category="destructive", dry_run_output="would delete"))
     assert card_context(card).endswith(" · the requester may not approve it")
+
+
+def test_the_card_shows_what_will_run() -> None:
+    card = approval_card(record(preview="kubectl -n prod rollout restart deploy/web <x> ```"))
+    [will_run] = [b for b in card.blocks if "*Will run*" in b.get("text", {}).get("text", "")]
+    assert will_run["text"]["text"] == (
+        "*Will run*\n```\nkubectl -n prod rollout restart deploy/web &lt;x&gt; `\u200b``\n```"
+    )
+    assert not any("Will run" in str(b) for b in approval_card(record()).blocks)

@@ -151,3 +151,24 @@ async def test_a_format_spec_that_does_not_fit_the_value_is_a_tool_error(
     tool = make_tool(["{n:04d}"], {"n": {"type": "integer", "required": False}})
     with pytest.raises(ToolError, match=r"run\[2\] '\{n:04d\}': cannot format"):
         await argv_of(tool)
+
+
+async def test_the_preview_is_the_argv_that_runs_quoted_for_reading(make_tool: MakeTool) -> None:
+    tool = make_tool(
+        ["restart", "{service}", "--by", "{confirmed_by}"],
+        params={"service": {"type": "string"}},
+        category="mutating",
+        env={"API_TOKEN": "s3cret-value"},
+    )
+    args = tool.args_model.model_validate({"service": "nginx; rm -rf /"})
+    ctx = CallContext(job_id="job-1", call_id="call-1", confirmed_by="U0BOB")
+    preview = tool.preview(args, ctx)
+    assert preview is not None and preview.endswith("restart 'nginx; rm -rf /' --by U0BOB")
+    assert "s3cret" not in preview  # the environment is not part of it
+    # What the preview shows is what runs, argument for argument.
+    assert await argv_of(tool, ctx, service="nginx; rm -rf /") == [
+        "restart",
+        "nginx; rm -rf /",
+        "--by",
+        "U0BOB",
+    ]

@@ -723,3 +723,23 @@ async def test_a_refused_host_is_an_error_result_and_nothing_is_sent(
     assert isinstance(seen, ToolMessage) and seen.is_error
     assert seen.content == error
     assert server.seen == []
+
+
+async def test_the_preview_names_the_request_without_header_values(
+    server: LocalServer, fetcher: HttpFetcher
+) -> None:
+    tool = http_tool(
+        fetcher,
+        server.base + "/echo/pods/{pod}",
+        method="DELETE",
+        params={"pod": STRING},
+        headers={"Authorization": "Bearer s3cret"},
+        body={"grace": 0},
+    )
+    args = tool.args_model.model_validate({"pod": "web 1"})
+    preview = tool.preview(args, CallContext(job_id="job-1", call_id="c1"))
+    assert preview == (
+        f"DELETE {server.base}/echo/pods/web%201\n"
+        "Headers: Authorization\n" + json.dumps({"grace": 0}, indent=2)
+    )
+    assert server.seen == []  # nothing sent
