@@ -83,7 +83,7 @@ class Metrics:
         self.model_calls = Counter("opsloop_model_calls", "Model calls", registry=self.registry)
         self.model_errors = Counter(
             "opsloop_model_errors",
-            "Model calls that failed (each attempt)",
+            "Model calls that failed (after the client's own retries)",
             ["model"],
             registry=self.registry,
         )
