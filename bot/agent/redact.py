@@ -12,8 +12,9 @@ credential shapes with ``[redacted]`` and keeps what kind of thing it was readab
 - ``Authorization`` / ``Proxy-Authorization`` values and ``Cookie`` / ``Set-Cookie`` lines;
 - the password of a URL (``postgres://app:[redacted]@db-01``);
 - the value of any ``key=value`` / ``key: value`` whose key names a password, secret,
-  token, API or access key, private key or credential — unless the value is a number, a
-  boolean or null (``max_tokens: 4096`` stays).
+  token, API or access key, private key or credential, on the same line — unless the
+  value is a number, a boolean or null (``max_tokens: 4096`` stays) or the key only names
+  or describes a secret (``secretName: tls-cert``, ``password_file=…``, ``token_type``).
 
 It is a net for accidents, not a guarantee: a secret with no recognisable shape or key
 passes. The bot's own secrets given to command tools are also redacted by value there.
@@ -52,7 +53,13 @@ _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(@)")
 # Starts at the keyword (whatever precedes it, ``db_`` in ``db_password``, is kept as is).
 _KEYED = re.compile(
     r"(?i)((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
-    r"|credential)[\w.-]*)([\"']?\s*[:=]\s*)([\"']?)([^\s\"',;&}]+)"
+    r"|credential)[\w.-]*)([\"']?[ \t]*[:=][ \t]*)([\"']?)([^\s\"',;&}]+)"
+)
+# Keys that name or describe a secret rather than hold it (``secretName: tls-cert``,
+# ``password_file=/run/secrets/db``, ``token_type: Bearer``).
+_ABOUT_A_SECRET = re.compile(
+    r"(?i)(name|ref|type|id|file|path|expiry|expires|expires_in|expires_at|length|count|ttl"
+    r"|size|version|hash|limit|budget)$"
 )
 _NOT_SECRET = re.compile(r"(?i)-?[\d.,_]+|true|false|null|none|nil|yes|no|on|off|\[redacted\]")
 
@@ -73,7 +80,7 @@ def _authorization(m: re.Match[str]) -> str:
 
 
 def _keyed(m: re.Match[str]) -> str:
-    if _NOT_SECRET.fullmatch(m[4]):
+    if _NOT_SECRET.fullmatch(m[4]) or _ABOUT_A_SECRET.search(m[1]):
         return m[0]
     return f"{m[1]}{m[2]}{m[3]}{REDACTED}"
 

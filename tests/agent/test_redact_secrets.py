@@ -82,6 +82,11 @@ def test_credentials_are_redacted(raw: str, scrubbed: str) -> None:
         "token_budget=200000 tokens=1,367",
         "password: true",  # nor a switch
         "password_expiry=none",
+        "secretName: tls-cert",  # Kubernetes: names a secret, does not hold one
+        "valueFrom:\n  secretKeyRef:\n    name: db-credentials\n    key: password",
+        "password_file=/run/secrets/db",
+        '{"token_type": "Bearer", "expires_in": 3600}',
+        "AWS_ACCESS_KEY_ID=",
         "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
         "commit 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
         "GET https://example.com/health?id=42 200",
