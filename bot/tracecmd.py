@@ -293,12 +293,15 @@ def render(trace: JobTrace) -> str:
 
 
 def render_json(trace: JobTrace) -> str:
-    """One JSON object: the job record, its trace entries and its approvals."""
+    """One JSON object: the job record, its trace entries, its approvals, and what people
+    wrote that it took in (by Slack ts)."""
+    taken = [i for e in trace.entries if isinstance(e, InjectEntry) for i in e.ids]
     return json.dumps(
         {
             "job": trace.job.model_dump(mode="json"),
             "trace": [entry.model_dump(mode="json", exclude_none=True) for entry in trace.entries],
             "approvals": [a.model_dump(mode="json") for a in trace.approvals.values()],
+            "messages": {ts: trace.said[ts] for ts in taken if ts in trace.said},
         },
         ensure_ascii=False,
     )

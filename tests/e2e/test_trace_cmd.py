@@ -104,6 +104,8 @@ async def test_trace_tells_the_story_of_an_approved_restart(
     assert [a["decided_by"] for a in doc["approvals"]] == ["UAPPROVER1"]
     tool_entries = [e for e in doc["trace"] if e["kind"] == "tool"]
     assert [e["confirmed_by"] for e in tool_entries] == ["UAPPROVER1"]
+    assert list(doc["messages"]) == [event["ts"]]  # what was asked, by its Slack ts
+    assert "nginx leaks memory on web-03" in doc["messages"][event["ts"]]
 
 
 async def test_trace_says_clearly_what_it_cannot_find(redis_server: ManagedRedis) -> None:
