@@ -37,7 +37,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import logs, settings
 from bot.errors import ConfigError, StoreError, ToolError
-from bot.llm.anthropic import ANTHROPIC_VERSION
+from bot.llm import anthropic, openai
 from bot.llm.chain import PREFIXES, ModelSpec, parse_chain
 from bot.llm.http import make_http_client
 from bot.prompts import load_system_prompt
@@ -192,13 +192,12 @@ async def check_model(http: httpx.AsyncClient, endpoint: Endpoint) -> Verdict:
     base = spec.base_url.rstrip("/")
     headers, params = {"accept": "application/json"}, {}
     if spec.provider == "anthropic":
-        path = "/models" if base.endswith("/v1") else "/v1/models"
-        headers["anthropic-version"] = ANTHROPIC_VERSION
-        headers.update({"x-api-key": spec.api_key} if spec.api_key else {})
+        path = anthropic.api_url(base, "models").removeprefix(base)
+        headers.update(anthropic.auth_headers(spec.api_key))
         params["limit"] = str(ANTHROPIC_LIST_LIMIT)
     else:
         path = "/models"
-        headers.update({"authorization": f"Bearer {spec.api_key}"} if spec.api_key else {})
+        headers.update(openai.auth_headers(spec.api_key))
     name = "model" if endpoint.primary else f"model {spec.label}"
     shown = f"{', '.join(m for _, m in endpoint.models)} at {plain_url(base)}"
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from bot.agent.redact import REDACTED, redact_secrets
+from bot.agent.redact import mask_values, redact_secrets
 
 MIN_SECRET_CHARS = 6  # shorter values are not masked by value (they would mangle text)
 
@@ -30,10 +30,7 @@ class Scrubber:
         self._secrets = sorted(found, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return redact_secrets(text)
+        return redact_secrets(mask_values(text, self._secrets))
 
     def payload(self, value: Any, key: str | None = None) -> Any:
         """A Slack API payload (dicts, lists, strings) with its prose scrubbed."""

@@ -59,6 +59,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
+from bot.agent.redact import mask_values
 from bot.agent.tools import CallContext
 from bot.errors import ConfigError, ToolError
 from tools.declared import DeclaredTool
@@ -335,14 +336,6 @@ def _tail(err: str, out: str) -> str:
 # -- redaction ------------------------------------------------------------------------
 
 
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every secret (longest first) replaced by ``***``."""
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
-
-
 def _redact_cut(text: str, secrets: Sequence[str], *, at_end: bool) -> str:
     """Hide the visible part of a secret that a capture boundary cut in two."""
     for secret in secrets:
@@ -399,9 +392,9 @@ class _Capture(asyncio.Protocol):
     def text(self, secrets: Sequence[str]) -> str:
         """Decoded, redacted, with a note of what was not kept."""
         if not self.dropped:
-            return redact(_decode(self.head + self.tail), secrets)
-        head = _redact_cut(redact(_decode(self.head), secrets), secrets, at_end=True)
-        tail = _redact_cut(redact(_decode(self.tail), secrets), secrets, at_end=False)
+            return mask_values(_decode(self.head + self.tail), secrets, MASK)
+        head = _redact_cut(mask_values(_decode(self.head), secrets, MASK), secrets, at_end=True)
+        tail = _redact_cut(mask_values(_decode(self.tail), secrets, MASK), secrets, at_end=False)
         return f"{head}\n[… {self.dropped} more bytes not kept …]\n{tail}"
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 REDACTED = "[redacted]"
 
@@ -105,6 +105,15 @@ _RULES: tuple[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], 
     (("@",), _URL_PASSWORD, lambda m: f"{m[1]}{REDACTED}{m[2]}"),
     (_KEYWORDS, _KEYED, _keyed),
 )
+
+
+def mask_values(text: str, secrets: Sequence[str], mask: str = REDACTED) -> str:
+    """``text`` with every one of ``secrets`` (known values; give them longest first, so
+    a secret inside another is not half masked) replaced by ``mask``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, mask)
+    return text
 
 
 def redact_secrets(text: str) -> str:

@@ -203,6 +203,20 @@ class _Stream:
     done: bool = False
 
 
+def api_url(base_url: str, path: str) -> str:
+    """``{base}/v1/{path}``; a base that already ends in ``/v1`` is not doubled."""
+    base = base_url.rstrip("/")
+    return f"{base}/{path}" if base.endswith("/v1") else f"{base}/v1/{path}"
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The API version and key headers every Messages API request carries."""
+    headers = {"anthropic-version": ANTHROPIC_VERSION}
+    if api_key:
+        headers["x-api-key"] = api_key
+    return headers
+
+
 class AnthropicClient(HttpModelClient):
     """One model on the Anthropic Messages API (the core's ``Client``)."""
 
@@ -221,15 +235,12 @@ class AnthropicClient(HttpModelClient):
         super().__init__(
             model=model, http=http, retry=retry, request_timeout_s=request_timeout_s, name=name
         )
-        base = base_url.rstrip("/")
-        self._url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+        self._url = api_url(base_url, "messages")
         self._headers = {
             "content-type": "application/json",
             "accept": "application/json",
-            "anthropic-version": ANTHROPIC_VERSION,
+            **auth_headers(api_key),
         }
-        if api_key:
-            self._headers["x-api-key"] = api_key
         self._temperature = None if temperature is None else min(temperature, MAX_TEMPERATURE)
         self._tools_json = LastJson(render_tools)
         self._system_json = LastJson(render_system)

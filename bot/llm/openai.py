@@ -82,6 +82,11 @@ class _Call:
     arguments: list[str] = field(default_factory=list)
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The Bearer key header (none for an endpoint without a key)."""
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 class OpenAIClient(HttpModelClient):
     """One model on one OpenAI-compatible endpoint (the core's ``Client``)."""
 
@@ -101,9 +106,11 @@ class OpenAIClient(HttpModelClient):
             model=model, http=http, retry=retry, request_timeout_s=request_timeout_s, name=name
         )
         self._url = base_url.rstrip("/") + "/chat/completions"
-        self._headers = {"content-type": "application/json", "accept": "application/json"}
-        if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
+        self._headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            **auth_headers(api_key),
+        }
         self._temperature = temperature
         self._max_key = (
             "max_completion_tokens" if _uses_max_completion_tokens(base_url) else "max_tokens"

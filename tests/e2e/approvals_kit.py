@@ -124,6 +124,14 @@ async def click(
     return status
 
 
+def answered(
+    slack: FakeSlack, thread_ts: str, prefix: str = "Result:", *, channel: str = "C1"
+) -> bool:
+    """Whether a message in the thread starts with ``prefix`` (the scripted answers
+    of ``call_then_answer`` start with ``Result:``)."""
+    return any(t.startswith(prefix) for t in texts(slack, channel, thread_ts))
+
+
 def texts(slack: FakeSlack, channel: str, thread_ts: str) -> list[str]:
     return [m.text for m in slack.messages(channel, thread_ts)]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bot.slack.fake import FakeSlack
 
-from .approvals_kit import call_then_answer, click, texts, tools_yml, wait_card
+from .approvals_kit import answered, call_then_answer, click, texts, tools_yml, wait_card
 from .conftest import StartBot
 from .harness import ScriptedModel, mention
 
@@ -51,10 +51,7 @@ async def test_a_decided_card_is_not_recalled(
     await serve.send(decided)
     card = await wait_card(slack, "C1", decided["ts"])
     assert await click(serve, slack, card, "UAPPROVER1", "Approve") == 200
-    await slack.wait_for(
-        lambda: any(t.startswith("Result:") for t in texts(slack, "C1", decided["ts"])),
-        timeout=30,
-    )
+    await slack.wait_for(lambda: answered(slack, decided["ts"]), timeout=30)
     # A second card, left alone, is recalled: by then the first one's time has passed.
     waiting = mention("C2", "UREQUESTER", "restart nginx there too")
     await serve.send(waiting)

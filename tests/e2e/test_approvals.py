@@ -8,7 +8,7 @@ from pathlib import Path
 from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.slack.fake import FakeSlack
 
-from .approvals_kit import call_then_answer, click, runs, texts, tools_yml, wait_card
+from .approvals_kit import answered, call_then_answer, click, runs, texts, tools_yml, wait_card
 from .conftest import StartBot
 from .harness import ScriptedModel, mention
 
@@ -53,10 +53,6 @@ async def test_approve_runs_the_call_once_as_the_clicker(
     )
     edited = slack.message("C1", card.ts)
     assert "actions" not in [b["type"] for b in edited.blocks or []]
-
-
-def answered(slack: FakeSlack, ts: str, prefix: str = "Result:") -> bool:
-    return any(t.startswith(prefix) for t in texts(slack, "C1", ts))
 
 
 async def test_deny_tells_the_model_who_declined(

@@ -21,7 +21,7 @@ from bot.slack.fake import FakeSlack
 from bot.slack.fake_socket import FakeSocketMode
 from bot.store.managed import ManagedRedis
 
-from .approvals_kit import call_then_answer, runs, texts, tools_yml, wait_card
+from .approvals_kit import answered, call_then_answer, runs, texts, tools_yml, wait_card
 from .conftest import StartBot
 from .harness import ScriptedModel, click_body, event_body, mention, steps
 
@@ -135,10 +135,7 @@ async def test_approve_over_socket_mode_runs_the_call_once_as_the_clicker(
 
     ack = await socket.send_interactive(click(card, "UAPPROVER1", "Approve", slack))
     assert ack is not None
-    await slack.wait_for(
-        lambda: any(t.startswith("Result:") for t in texts(slack, "C1", mentioned["ts"])),
-        timeout=30,
-    )
+    await slack.wait_for(lambda: answered(slack, mentioned["ts"]), timeout=30)
     done = runs(log, tool="restart_service")
     assert [r["env_confirmed_by"] for r in done] == ["UAPPROVER1"]
     await slack.wait_for(

@@ -8,13 +8,20 @@ import asyncio
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from bot.slack.fake import FakeSlack
 from bot.store.managed import ManagedRedis
 
-from .approvals_kit import call_then_answer, click, runs, texts, tools_yml, wait_card
+from .approvals_kit import (
+    answered,
+    call_then_answer,
+    click,
+    runs,
+    tools_yml,
+    wait_card,
+    wait_until,
+)
 from .conftest import StartBot
 from .harness import REPO_ROOT, ScriptedModel, mention
 
@@ -55,19 +62,16 @@ async def test_trace_tells_the_story_of_an_approved_restart(
     await serve.send(event)
     card = await wait_card(slack, "C1", event["ts"])
     assert await click(serve, slack, card, "UAPPROVER1", "Approve") == 200
-    await slack.wait_for(
-        lambda: any(t.startswith("Result:") for t in texts(slack, "C1", event["ts"])),
-        timeout=30,
-    )
+    await slack.wait_for(lambda: answered(slack, event["ts"]), timeout=30)
     assert len(runs(log, tool="restart_service")) == 1
 
     job_id = f"C1:{event['ts']}:j1"
-    deadline = time.monotonic() + 15
-    while True:  # the job's final writes land just after the answer is posted
-        code, out, err = await opsloop_trace(redis_server, job_id)
-        if "end       completed" in out or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.2)
+
+    async def ended() -> bool:  # the job's final writes land just after the answer is posted
+        return "end       completed" in (await opsloop_trace(redis_server, job_id))[1]
+
+    await wait_until(ended, timeout=15, what="the job's end in its trace")
+    code, out, err = await opsloop_trace(redis_server, job_id)
     assert code == 0, err
     assert out.startswith(f"Job {job_id} — completed\n"), out
     assert f"thread C1 {event['ts']} · started by U1 · " in out
