@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,6 @@ from .approvals_kit import tools_yml
 from .harness import BOT_TOKEN, LLM_API_KEY, LLM_MODEL, SIGNING_SECRET, ScriptedModel, bot_env
 
 CHECK_TIMEOUT_S = 60.0  # a hang guard for the whole process
-FAST_S = 10.0  # a dead backend is reported within its bound (2-5 s), plus start-up
 APP_TOKEN = "xapp-1-A0OPSLOOP-1-0123456789abcdef"
 SUPERVISOR_PASSWORD = "sup-pw-0123456789"
 REDIS_PASSWORD = "redis-pw-0123456789"
@@ -38,7 +36,6 @@ class Checked:
     code: int
     out: str
     err: str
-    seconds: float
 
     @property
     def lines(self) -> list[str]:
@@ -58,7 +55,6 @@ class Checked:
 
 
 async def opsloop_check(env: Mapping[str, str], *args: str, cwd: Path) -> Checked:
-    started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -73,7 +69,7 @@ async def opsloop_check(env: Mapping[str, str], *args: str, cwd: Path) -> Checke
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=CHECK_TIMEOUT_S)
     assert proc.returncode is not None
-    return Checked(proc.returncode, out.decode(), err.decode(), time.monotonic() - started)
+    return Checked(proc.returncode, out.decode(), err.decode())
 
 
 def environment(
@@ -138,7 +134,34 @@ async def test_everything_answers_so_every_check_passes(
     checked.shows_no(BOT_TOKEN, LLM_API_KEY, SIGNING_SECRET, SUPERVISOR_PASSWORD)
 
 
-async def test_redis_down_fails_within_seconds(
+async def test_a_redis_that_never_answers_is_a_failed_check_not_a_hang(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    """A server that accepts the connection and says nothing: the probe's own bound
+    ends it (the line says so), not the test's hang guard."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        env = environment(slack, redis_server, model, REDIS_URL=f"redis://127.0.0.1:{port}/0")
+        checked = await opsloop_check(env, cwd=tmp_path)
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert accepted, "the check never connected"
+    assert checked.code == 1, checked
+    assert checked.line("redis") == (
+        f"FAIL  redis: 127.0.0.1:{port}: no answer to PING within 2s"
+    ), checked.out
+
+
+async def test_redis_down_is_a_failed_check(
     slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
 ) -> None:
     port = free_port()  # nothing listens there
@@ -147,7 +170,6 @@ async def test_redis_down_fails_within_seconds(
     assert checked.code == 1, checked
     assert checked.line("redis").startswith(f"FAIL  redis: 127.0.0.1:{port}: "), checked.out
     assert checked.lines[-1] == "1 check failed"
-    assert checked.seconds < FAST_S
 
 
 async def test_redis_password_is_never_shown(
@@ -389,7 +411,6 @@ async def test_pack_backends_down_fail_each_in_its_own_line(
         "unreachable: Connection refused"
     )
     assert checked.lines[-1] == "2 checks failed"
-    assert checked.seconds < FAST_S
     checked.shows_no(SUPERVISOR_PASSWORD)
 
 
