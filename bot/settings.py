@@ -170,6 +170,7 @@ class BotSettings(BaseSettings):
     redis_url: str | None = Field(None, alias="REDIS_URL", repr=False)
     redis_prefix: str = Field("opsloop:", alias="OPSLOOP_REDIS_PREFIX", min_length=1)
     approvers: str = Field("", alias="OPSLOOP_APPROVERS")
+    allowed_bots: str = Field("", alias="OPSLOOP_ALLOWED_BOTS")
     max_iterations: int = Field(DEFAULT_MAX_ITERATIONS, alias="OPSLOOP_MAX_ITERATIONS", gt=0)
     deadline_s: float = Field(DEFAULT_DEADLINE_S, alias="OPSLOOP_DEADLINE_S", gt=0)
     token_budget: int = Field(DEFAULT_TOKEN_BUDGET, alias="OPSLOOP_TOKEN_BUDGET", gt=0)
@@ -215,6 +216,11 @@ class BotSettings(BaseSettings):
     @property
     def approver_ids(self) -> list[str]:
         return [a.strip() for a in self.approvers.split(",") if a.strip()]
+
+    @property
+    def allowed_bot_ids(self) -> frozenset[str]:
+        """Bot ids (``B…``) whose mentions and replies are taken like a person's."""
+        return frozenset(b.strip() for b in self.allowed_bots.split(",") if b.strip())
 
     def require(self, *names: str) -> None:
         """``ConfigError`` naming the first of these variables that is not set."""

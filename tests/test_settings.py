@@ -19,6 +19,7 @@ ALL = [
     "REDIS_URL",
     "OPSLOOP_REDIS_PREFIX",
     "OPSLOOP_APPROVERS",
+    "OPSLOOP_ALLOWED_BOTS",
     "OPSLOOP_MAX_ITERATIONS",
     "OPSLOOP_DEADLINE_S",
     "OPSLOOP_TOKEN_BUDGET",
@@ -49,6 +50,7 @@ def test_defaults_are_designs() -> None:
     assert (bot.host, bot.port, bot.redis_prefix) == ("0.0.0.0", 3000, "opsloop:")
     assert (bot.max_iterations, bot.deadline_s, bot.token_budget) == (20, 3600, 200_000)
     assert bot.approval_ttl_s == 3600 and bot.approver_ids == []
+    assert bot.allowed_bot_ids == frozenset()
     llm = load_llm_settings()
     assert llm.effective_base_url == "https://api.openai.com/v1"
     assert llm.max_output_tokens == 4096 and llm.condense_at_tokens == 102_400
@@ -59,11 +61,13 @@ def test_defaults_are_designs() -> None:
 def test_values_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLACK_API_URL", "http://127.0.0.1:9999/api")
     monkeypatch.setenv("OPSLOOP_APPROVERS", "U1, S2 ,")
+    monkeypatch.setenv("OPSLOOP_ALLOWED_BOTS", "B01ALERTS, ,B02PAGER")
     monkeypatch.setenv("OPSLOOP_PACKS", "host,http")
     monkeypatch.setenv("PORT", "8080")
     bot = load_bot_settings()
     assert bot.slack_api_url == "http://127.0.0.1:9999/api/"  # trailing slash ensured
     assert bot.approver_ids == ["U1", "S2"] and bot.port == 8080
+    assert bot.allowed_bot_ids == {"B01ALERTS", "B02PAGER"}
     assert load_tool_settings().pack_names == ["host", "http"]
 
 

@@ -206,6 +206,8 @@ class SlackBot:
         self.job_tasks: set[asyncio.Task[Any]] = set()  # the jobs among ``tasks``
         self.scheduled: set[str] = set()
         self.bot_user: str | None = None
+        self.bot_bot_id: str | None = None  # this app's bot id (``B…``), from auth.test
+        self.allowed_bots = bot.allowed_bot_ids
         self.team_id: str | None = None  # the workspace (auth.test), for chat streaming
 
     async def start(self) -> None:
@@ -383,22 +385,52 @@ class SlackBot:
         if self.bot_user is None:
             auth = await self.client.auth_test()
             self.bot_user = str(auth.get("user_id"))
+            self.bot_bot_id = str(auth.get("bot_id") or "") or None
             self.team_id = str(auth.get("team_id") or "") or None
         return self.bot_user
 
+    async def _author(self, event: dict[str, Any]) -> str | None:
+        """Who a message that may start or enter a job is from, or ``None`` when it must
+        be ignored: bots (``bot_id`` set, or ``subtype: bot_message``) start nothing and
+        enter nothing — no bot-to-bot loops, no integration spending model budget or
+        proposing writes — unless listed in ``OPSLOOP_ALLOWED_BOTS`` (never this bot
+        itself); edits, deletions and other subtypes are not people talking."""
+        subtype = event.get("subtype")
+        bot_id = event.get("bot_id")
+        if bot_id or subtype == "bot_message":
+            if not isinstance(bot_id, str) or bot_id not in self.allowed_bots:
+                log.info("ignored a message from bot %s", bot_id or "(no bot_id)")
+                return None
+            await self._bot_id()
+            if bot_id == self.bot_bot_id:
+                return None
+            if subtype not in HUMAN_SUBTYPES and subtype != "bot_message":
+                return None
+            user = event.get("user")
+            return user if isinstance(user, str) and user else bot_id
+        if subtype not in HUMAN_SUBTYPES:
+            return None
+        user = event.get("user")
+        return user if isinstance(user, str) and user else None
+
     async def _on_mention(self, event: dict[str, Any]) -> None:
-        channel, ts, user = event.get("channel"), event.get("ts"), event.get("user")
-        if not (channel and ts and user):
+        channel, ts = event.get("channel"), event.get("ts")
+        if not (isinstance(channel, str) and isinstance(ts, str) and channel and ts):
             return
-        thread = Thread(str(channel), str(event.get("thread_ts") or ts))
-        await self._take(thread, str(ts), str(user), str(event.get("text") or ""))
+        user = await self._author(event)
+        if user is None:
+            return
+        thread_ts = event.get("thread_ts")
+        thread = Thread(channel, thread_ts if isinstance(thread_ts, str) and thread_ts else ts)
+        await self._take(thread, ts, user, str(event.get("text") or ""))
 
     async def _on_message(self, event: dict[str, Any]) -> None:
-        if event.get("bot_id") or event.get("subtype") not in HUMAN_SUBTYPES:
-            return  # bots, edits, deletions and other subtypes are not people talking
-        channel, ts, user = event.get("channel"), event.get("ts"), event.get("user")
+        channel, ts = event.get("channel"), event.get("ts")
         thread_ts = event.get("thread_ts")
-        if not (channel and ts and user and thread_ts) or thread_ts == ts:
+        if not all(isinstance(v, str) and v for v in (channel, ts, thread_ts)) or thread_ts == ts:
+            return
+        user = await self._author(event)
+        if user is None:
             return
         text = str(event.get("text") or "")
         bot = await self._bot_id()
