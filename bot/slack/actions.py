@@ -31,6 +31,15 @@ from bot.turns.runner import Turns
 log = logging.getLogger(__name__)
 
 
+def clicker(body: dict[str, Any]) -> tuple[str, str | None]:
+    """The clicking user's id and team, from the signed payload only."""
+    user = body.get("user")
+    if not isinstance(user, dict):
+        return "", None
+    team = user.get("team_id")
+    return str(user.get("id") or ""), team if isinstance(team, str) and team else None
+
+
 @dataclass
 class Interactions:
     """The bolt listeners of the buttons, and the Turns hooks that show cards."""
@@ -120,11 +129,12 @@ class Interactions:
         await self._decide(body, action, "denied")
 
     async def _decide(self, body: dict[str, Any], action: dict[str, Any], outcome: Any) -> None:
-        user = str((body.get("user") or {}).get("id") or "")
+        user, team_id = clicker(body)
         job_id, _, call_id = str(action.get("value") or "").partition("|")
-        message_ts = str((body.get("container") or {}).get("message_ts") or "")
+        container = body.get("container")
+        message_ts = str((container if isinstance(container, dict) else {}).get("message_ts") or "")
         try:
-            refusal = await self._check_decision(user, job_id, call_id, message_ts)
+            refusal = await self._check_decision(user, team_id, job_id, call_id, message_ts)
             result = None
             if refusal is None:
                 result = await self.turns.approvals.decide(
@@ -144,7 +154,7 @@ class Interactions:
         self.schedule(job_id)
 
     async def _check_decision(
-        self, user: str, job_id: str, call_id: str, message_ts: str
+        self, user: str, team_id: str | None, job_id: str, call_id: str, message_ts: str
     ) -> str | None:
         """Why ``user`` may not decide this card now, or ``None``. The button's value
         only names the approval; everything else is looked up here."""
@@ -169,19 +179,21 @@ class Interactions:
         ):
             return REFUSED_STALE
         return await self.policy.may_decide(
-            user, requester=approval.requester, destructive=approval.category == "destructive"
+            user,
+            requester=approval.requester,
+            destructive=approval.category == "destructive",
+            team_id=team_id,
         )
 
-    async def _steerer(self, body: dict[str, Any], action: dict[str, Any]) -> str | None:
+    async def _steerer(self, body: dict[str, Any], job_id: str) -> str | None:
         """The clicker of Stop or Continue if they may steer the job the button names
         (its requester or an approver); otherwise they are told why and ``None``."""
-        user = str((body.get("user") or {}).get("id") or "")
-        job_id = str(action.get("value") or "")
+        user, team_id = clicker(body)
         record = await self.turns.jobs.get(job_id) if job_id else None
         refusal = (
             "this job no longer exists"
             if record is None
-            else await self.policy.may_steer(user, requester=record.requester)
+            else await self.policy.may_steer(user, requester=record.requester, team_id=team_id)
         )
         if refusal is not None:
             self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
@@ -190,9 +202,10 @@ class Interactions:
 
     async def on_stop(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
-        if (user := await self._steerer(body, action)) is None:
+        job_id = str(action.get("value") or "")
+        if (user := await self._steerer(body, job_id)) is None:
             return
-        outcome = await self.turns.stop(str(action["value"]), user)
+        outcome = await self.turns.stop(job_id, user)
         if outcome.kind == "ended":
             self._later(self._tell(body, "Nothing changed: this job has already ended."), "eph")
         elif outcome.kind == "cancelled" and outcome.record is not None:
@@ -220,10 +233,12 @@ class Interactions:
 
     async def on_continue(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
-        if (user := await self._steerer(body, action)) is None:
+        # ``job|n``: the Continue of the ending that followed the job's n-th raise, so a
+        # replayed click, or one on an earlier ending's button, raises nothing.
+        job_id, _, seq = str(action.get("value") or "").partition("|")
+        if (user := await self._steerer(body, job_id)) is None:
             return
-        job_id = str(action["value"])
-        raised = await self.turns.raise_limit(job_id, user)
+        raised = await self.turns.raise_limit(job_id, user, seq=int(seq) if seq.isdigit() else None)
         if isinstance(raised, str):
             self._later(self._tell(body, f"Nothing changed: {raised}."), "ephemeral")
             return

@@ -267,7 +267,10 @@ class SlackBot:
             budget=self.budget,
             turns=self.turns,
             policy=ApproverPolicy(
-                settings.approver_ids, self.client, bot_user=lambda: self.bot_user
+                settings.approver_ids,
+                self.client,
+                bot_user=lambda: self.bot_user,
+                home_team=self._home_team,
             ),
             schedule=self._schedule,
             background=self._background,
@@ -382,7 +385,7 @@ class SlackBot:
     # -- listeners --------------------------------------------------------------------
 
     async def _bot_id(self) -> str | None:
-        if self.bot_user is None:
+        if self.bot_user is None or self.team_id is None:
             auth = await self.client.auth_test()
             self.bot_user = str(auth.get("user_id"))
             self.bot_bot_id = str(auth.get("bot_id") or "") or None
@@ -412,6 +415,16 @@ class SlackBot:
             return None
         user = event.get("user")
         return user if isinstance(user, str) and user else None
+
+    async def _home_team(self) -> str | None:
+        """The installing workspace (auth.test's ``team_id``), or None if Slack can't say."""
+        if self.team_id is None:
+            try:
+                async with asyncio.timeout(CONTEXT_TIMEOUT_S):
+                    await self._bot_id()
+            except Exception:
+                log.warning("auth.test failed: the clicker's workspace is not known", exc_info=True)
+        return self.team_id
 
     async def _on_mention(self, event: dict[str, Any]) -> None:
         channel, ts = event.get("channel"), event.get("ts")

@@ -169,6 +169,7 @@ def ending_message(
     tools_run: int,
     error: str | None = None,
     continue_label: str | None = None,
+    continue_seq: int = 0,
     by: str | None = None,
     active_s: float | None = None,
     deadline_s: float | None = None,
@@ -209,7 +210,8 @@ def ending_message(
         blocks.append(section_block("\n".join(lines)))
     blocks.append(context_block(f"{stats} · job `{escaped(job_id, 200)}`"))
     if reason in _LIMITS and continue_label:
-        button = button_element(continue_label, ACTION_CONTINUE, job_id, style="primary")
+        value = f"{job_id}|{continue_seq}"
+        button = button_element(continue_label, ACTION_CONTINUE, value, style="primary")
         blocks.append(actions_block(ENDING_ACTIONS_BLOCK, button))
     return Message(text=f"{headline}\n{stats}", blocks=blocks)
 

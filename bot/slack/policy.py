@@ -8,8 +8,13 @@ an approval nobody vouched for. Destructive tools follow the two-person rule: wh
 started the job may not approve (nor deny) its destructive calls. Stop and Continue may
 be pressed by the person who started the job or by an approver.
 
-The clicker's id always comes from the signed request (``body["user"]["id"]``); button
-values are never trusted for identity or authority.
+The clicker's id and team always come from the signed request (``body["user"]``); button
+values are never trusted for identity or authority. A clicker from outside the installing
+workspace (``user.team_id`` is not the team ``auth.test`` names, e.g. a Slack Connect
+partner) may not approve, deny, stop or continue anything unless ``OPSLOOP_APPROVERS``
+names that user explicitly (a user group does not: its members are this workspace's).
+When the installing team cannot be read (auth.test failing), outsiders cannot be told
+apart, so only explicitly named users are let through.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -31,6 +36,11 @@ NOT_AN_APPROVER = "you are not on this bot's approver list"
 TWO_PERSON = "you started this job; a destructive action needs someone else's approval"
 NOT_REQUESTER = "only the person who started this job or an approver can do that"
 THE_BOT = "the bot cannot approve its own actions"
+OUTSIDER = (
+    "you are not a member of the workspace that installed this bot; "
+    "only people it names as approvers may act from another organisation"
+)
+TEAM_UNKNOWN = "your workspace could not be verified just now; try again in a moment"
 
 
 @dataclass
@@ -38,6 +48,8 @@ class ApproverPolicy:
     approvers: Sequence[str]
     client: AsyncWebClient
     bot_user: Callable[[], str | None] = lambda: None
+    # The installing team (auth.test's team_id); None: no team check (tests of the rest).
+    home_team: Callable[[], Awaitable[str | None]] | None = None
     now: Callable[[], float] = time.monotonic
     _groups: dict[str, tuple[float, frozenset[str]]] = field(default_factory=dict)
 
@@ -59,18 +71,36 @@ class ApproverPolicy:
                 return True
         return False
 
-    async def may_decide(self, user: str, *, requester: str, destructive: bool) -> str | None:
-        """``None`` if ``user`` may approve or deny the call, else why not."""
+    async def outsider(self, user: str, team_id: str | None) -> str | None:
+        """Why ``user`` of ``team_id`` may not act as someone of this workspace, or
+        ``None``: a member of the installing team, or named in ``OPSLOOP_APPROVERS``."""
+        if self.home_team is None or (user and user in self.users):
+            return None
+        home = await self.home_team()
+        if home is None:
+            return TEAM_UNKNOWN
+        return None if team_id == home else OUTSIDER
+
+    async def may_decide(
+        self, user: str, *, requester: str, destructive: bool, team_id: str | None = None
+    ) -> str | None:
+        """``None`` if ``user`` (of ``team_id``) may approve or deny the call, else why not."""
         if user == self.bot_user():
             return THE_BOT
+        if (refusal := await self.outsider(user, team_id)) is not None:
+            return refusal
         if not await self.is_approver(user):
             return NOT_AN_APPROVER
         if destructive and user == requester:
             return TWO_PERSON
         return None
 
-    async def may_steer(self, user: str, *, requester: str) -> str | None:
-        """``None`` if ``user`` may press Stop or Continue on the job."""
+    async def may_steer(
+        self, user: str, *, requester: str, team_id: str | None = None
+    ) -> str | None:
+        """``None`` if ``user`` (of ``team_id``) may press Stop or Continue on the job."""
+        if (refusal := await self.outsider(user, team_id)) is not None:
+            return refusal
         if user and user == requester:
             return None
         if await self.is_approver(user):

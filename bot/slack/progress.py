@@ -306,6 +306,7 @@ class JobProgress:
                 continue_label=f"Continue (+{step:g} {LIMIT_WORDS[result.stop_reason]})"
                 if step
                 else None,
+                continue_seq=len(self.record.raises),
                 active_s=result.state.active_time_s,
                 deadline_s=limits.deadline_s,
                 tools=self._lines,

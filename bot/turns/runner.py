@@ -338,12 +338,19 @@ class Turns:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
 
-    async def raise_limit(self, job_id: str, by: str) -> JobRecord | str:
+    async def raise_limit(self, job_id: str, by: str, *, seq: int | None = None) -> JobRecord | str:
         """Continue a job stopped by a limit: raise that limit by its original value,
-        record who did, and make the job runnable; the new record, or why not."""
+        record who did, and make the job runnable; the new record, or why not.
+
+        ``seq`` is the number of raises the job had when the clicked Continue was shown:
+        each button raises once (a replay, or the button of an earlier ending, finds
+        more raises recorded and changes nothing). ``None``: a button from before
+        buttons carried it."""
         record = await self.jobs.get(job_id)
         if record is None:
             return "this job no longer exists"
+        if seq is not None and seq != len(record.raises):
+            return "this Continue was already used; only the latest ending's button continues"
         if not record.status.limit:
             return f"the job is {record.status.value.replace('_', ' ')}, not stopped by a limit"
         name, field_name = LIMIT_FIELDS[record.status]

@@ -243,11 +243,15 @@ def test_limit_ending_offers_continue() -> None:
                 "type": "button",
                 "text": {"type": "plain_text", "text": "Continue (+20 iterations)"},
                 "action_id": ACTION_CONTINUE,
-                "value": "J1",
+                "value": "J1|0",  # the job, and the raises it had: each button raises once
                 "style": "primary",
             }
         ],
     }
+    again = ending(
+        StopReason.LIMIT_ITERATIONS, continue_label="Continue (+20 iterations)", continue_seq=2
+    )
+    assert buttons(again)[0]["value"] == "J1|2"  # type: ignore[index]
     long = ending(StopReason.LIMIT_TOKENS, continue_label="Continue " + "x" * 200)
     assert len(buttons(long)[0]["text"]["text"]) == 75  # type: ignore[index]
     validate(long)
