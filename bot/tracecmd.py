@@ -6,7 +6,9 @@ with ``?thread_ts=`` when it links a reply). For each job it prints the record (
 who started it, limits used and raised, how it ended) and its trace: every model call
 with its tokens, every tool call with its arguments and who confirmed it, every approval
 with who decided it and when, what people wrote that it took in, fallbacks, condensing, each
-run's end, and the job's answer. ``--json`` prints one JSON object per job instead (for ``jq``).
+run's end, and the job's answer. A call the model wrote malformed (history keeps it as
+``{}`` / ``invalid_tool_name``) is shown as the model wrote it (bounded), read from the
+thread's history. ``--json`` prints one JSON object per job instead (for ``jq``).
 
 Only reads: it needs ``REDIS_URL`` (and ``OPSLOOP_REDIS_PREFIX`` when the bot uses one),
 nothing of Slack or the model. Jobs, traces and approvals are kept 30 days.
@@ -25,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import redis.asyncio as aioredis
 
-from bot.agent.messages import UserMessage
+from bot.agent.messages import AssistantMessage, Malformed, UserMessage
 from bot.errors import ConfigError, StoreError
 from bot.store.approvals import ApprovalRecord, Approvals
 from bot.store.connection import connect, translated
@@ -83,12 +85,30 @@ def parse_target(text: str) -> Target:
     raise ValueError(f"cannot read {text[:200]!r}: give {TARGET_FORMS}")
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A malformed call of the thread's history: the name it is stored under, and what
+    the model wrote."""
+
+    tool: str
+    malformed: Malformed
+
+
 @dataclass
 class JobTrace:
     job: JobRecord
     entries: list[TraceEntry]
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)  # by call id
     said: dict[str, str] = field(default_factory=dict)  # people's messages by Slack ts
+    malformed: dict[str, Written] = field(default_factory=dict)  # the thread's, by call id
+
+    def written(self, entry: ToolEntry) -> Malformed | None:
+        """What the model wrote for this entry's call, when it was malformed. Call ids
+        are unique in a job, not in a thread: the stored name must match too."""
+        found = self.malformed.get(entry.call_id)
+        if found is None or entry.ran or found.tool != entry.tool:
+            return None
+        return found.malformed
 
 
 async def load(redis_url: str, keys: Keys, target: Target) -> list[JobTrace]:
@@ -103,14 +123,14 @@ async def load(redis_url: str, keys: Keys, target: Target) -> list[JobTrace]:
                 raw = await redis.get(keys.jobs_counter(target.thread))
             count = int(raw or 0)
             numbers = list(range(max(count - MAX_JOBS, 0) + 1, count + 1))
-        said = await _people_said(redis, keys, target.thread) if numbers else {}
+        said, malformed = await _from_history(redis, keys, target.thread) if numbers else ({}, {})
         found: list[JobTrace] = []
         for n in numbers:
             record = await jobs.get(target.thread.job_id(n))
             if record is None:
                 continue
             entries = await read_trace(redis, keys, record.id)
-            trace = JobTrace(record, entries, said=said)
+            trace = JobTrace(record, entries, said=said, malformed=malformed)
             for entry in entries:
                 if isinstance(entry, ApprovalEntry) and entry.call_id not in trace.approvals:
                     approval = await approvals.get(record.id, entry.call_id)
@@ -122,18 +142,26 @@ async def load(redis_url: str, keys: Keys, target: Target) -> list[JobTrace]:
         await redis.aclose()
 
 
-async def _people_said(redis: aioredis.Redis, keys: Keys, thread: Thread) -> dict[str, str]:
-    """What people wrote in the thread as the bot took it in (the history's user
-    messages, by their Slack ts), for naming the messages a trace says were taken in."""
+async def _from_history(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> tuple[dict[str, str], dict[str, Written]]:
+    """From the thread's history: what people wrote as the bot took it in (user
+    messages, by their Slack ts), for naming the messages a trace says were taken in;
+    and the calls the model wrote malformed, by call id."""
     async with translated("trace history"):
         raw: list[str | bytes] = await redis.lrange(keys.history(thread), 0, -1)
     said: dict[str, str] = {}
+    malformed: dict[str, Written] = {}
     for item in raw:
         with contextlib.suppress(ValueError):
             message = load_message(item if isinstance(item, str) else item.decode())
             if isinstance(message, UserMessage) and message.source_id:
                 said[message.source_id] = message.content
-    return said
+            elif isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    if call.malformed is not None:
+                        malformed[call.id] = Written(call.name, call.malformed)
+    return said, malformed
 
 
 # -- rendering ------------------------------------------------------------------------
@@ -195,11 +223,19 @@ def _line(entry: TraceEntry, trace: JobTrace) -> tuple[str, str]:
                     parts.append(_plural(entry.tool_calls, "tool call"))
             return "model", " · ".join(parts)
         case ToolEntry():
-            args = entry.arguments or ""
+            written = trace.written(entry)
+            name, args = entry.tool, entry.arguments or ""
+            if written is not None:
+                name = _said(written.name) if written.name is not None else name
+                if written.arguments is not None:
+                    args = " ".join(written.arguments.split())
             if len(args) > ARGS_CHARS:
                 args = args[: ARGS_CHARS - 1] + "…"
-            head = f"{entry.tool} {args}".rstrip()
-            if not entry.ran:
+            head = f"{name} {args}".rstrip()
+            if written is not None:
+                bad = [k for k in ("name", "arguments") if getattr(written, k) is not None]
+                outcome = f"not run: malformed {' and '.join(bad)}"
+            elif not entry.ran:
                 outcome = "not run"
             elif entry.is_error:
                 outcome = f"error after {_secs(entry.duration_s)}"
@@ -293,15 +329,22 @@ def render(trace: JobTrace) -> str:
 
 
 def render_json(trace: JobTrace) -> str:
-    """One JSON object: the job record, its trace entries, its approvals, and what people
-    wrote that it took in (by Slack ts)."""
+    """One JSON object: the job record, its trace entries, its approvals, what people
+    wrote that it took in (by Slack ts), and its malformed calls as the model wrote them
+    (by call id)."""
     taken = [i for e in trace.entries if isinstance(e, InjectEntry) for i in e.ids]
+    malformed = {
+        e.call_id: {"tool": e.tool, **written.model_dump(exclude_none=True)}
+        for e in trace.entries
+        if isinstance(e, ToolEntry) and (written := trace.written(e)) is not None
+    }
     return json.dumps(
         {
             "job": trace.job.model_dump(mode="json"),
             "trace": [entry.model_dump(mode="json", exclude_none=True) for entry in trace.entries],
             "approvals": [a.model_dump(mode="json") for a in trace.approvals.values()],
             "messages": {ts: trace.said[ts] for ts in taken if ts in trace.said},
+            "malformed_calls": malformed,
         },
         ensure_ascii=False,
     )

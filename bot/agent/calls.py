@@ -2,6 +2,8 @@
 
 Per call, in order: allowlist → argument validation → confirm (dry run first for
 destructive tools) → ledger → execute under timeout/deadline/cancel → bound the output.
+A call stored well-formed in place of what the model wrote (``ToolCall.malformed``,
+see ``responses.py``) is refused at the first two steps, never run with ``{}``.
 Only ``read_only`` + ``parallel`` tools run concurrently (consecutive ones, under a
 semaphore); everything else runs alone, in call order. Results keep the call order.
 Every failure becomes an ``Error: …`` observation; nothing here raises into the loop
@@ -23,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from bot.agent.config import AgentConfig
 from bot.agent.events import Event, ToolEnd, ToolStart
 from bot.agent.guard import Aborted, AbortKind, guarded
-from bot.agent.messages import ToolCall
+from bot.agent.messages import ToolCall, parse_arguments
 from bot.agent.observe import ERROR_PREFIX, summary_line, to_text, truncation_note
 from bot.agent.ports import Approved, ConfirmRequest, Decision, Denied, Pending
 from bot.agent.redact import redact_secrets_in_turns
@@ -67,6 +69,9 @@ class Paused:
     approval: PendingApproval
 
 
+NOT_A_TOOL_NAME = "not a valid tool name (1 to 64 letters, digits, '_' or '-')"
+
+
 def _display(name: str) -> str:
     return repr(name[:64] + ("…" if len(name) > 64 else ""))
 
@@ -107,12 +112,15 @@ class CallRunner:
     def tool(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def _available(self) -> str:
+        return ", ".join(sorted(self._tools)) or "none"
+
     def parallel_group(self, calls: Sequence[ToolCall], start: int) -> int:
         """End index of the run of parallel-safe calls beginning at ``start``."""
         end = start
         while end < len(calls):
             tool = self._tools.get(calls[end].name)
-            if tool is None or not runs_in_parallel(tool):
+            if tool is None or calls[end].malformed is not None or not runs_in_parallel(tool):
                 break
             end += 1
         return end
@@ -145,23 +153,15 @@ class CallRunner:
         )
 
     def _validate(self, tool: Tool, call: ToolCall) -> tuple[BaseModel, str] | str:
+        invalid = f"Error: invalid arguments for tool {_display(tool.name)}: "
+        if call.malformed is not None and call.malformed.error is not None:
+            return invalid + call.malformed.error  # stored as {}, not as the model wrote it
         raw = call.arguments.strip() if call.arguments else ""
         if len(raw) > MAX_ARGUMENT_CHARS:
-            return (
-                f"Error: invalid arguments for tool {_display(tool.name)}: "
-                f"{len(raw)} chars is more than the {MAX_ARGUMENT_CHARS} allowed"
-            )
-        try:
-            value: Any = json.loads(raw) if raw else {}
-        except (ValueError, RecursionError) as exc:
-            return (
-                f"Error: invalid arguments for tool {_display(tool.name)}: not valid JSON ({exc})"
-            )
-        if not isinstance(value, dict):
-            return (
-                f"Error: invalid arguments for tool {_display(tool.name)}: "
-                f"expected a JSON object, got {type(value).__name__}"
-            )
+            return invalid + f"{len(raw)} chars is more than the {MAX_ARGUMENT_CHARS} allowed"
+        value: dict[str, Any] | str = parse_arguments(raw)
+        if isinstance(value, str):
+            return invalid + value
         value.pop(CONFIRMED_BY, None)  # only a human decision may set it
         field = tool.args_model.model_fields.get(CONFIRMED_BY)
         if field is not None and field.is_required():
@@ -186,11 +186,18 @@ class CallRunner:
         approval: PendingApproval | None = None,
     ) -> Outcome | Paused:
         """Run one call; ``decision``/``approval`` come from a resumed pause."""
+        if call.malformed is not None and call.malformed.name is not None:
+            # Stored under a placeholder; the model is told about the name it wrote.
+            return self._refused(
+                call,
+                f"Error: unknown tool {_display(call.malformed.name)}: {NOT_A_TOOL_NAME}; "
+                f"available tools: {self._available()}",
+            )
         tool = self._tools.get(call.name)
         if tool is None:
-            names = ", ".join(sorted(self._tools)) or "none"
             return self._refused(
-                call, f"Error: unknown tool {_display(call.name)}; available tools: {names}"
+                call,
+                f"Error: unknown tool {_display(call.name)}; available tools: {self._available()}",
             )
         checked = self._validate(tool, call)
         if isinstance(checked, str):

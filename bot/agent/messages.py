@@ -3,27 +3,85 @@
 Model adapters (``bot.llm``) translate these to and from provider wire formats; the
 store persists them as JSON. Everything here is a frozen pydantic model so that a
 message appended to history can never change afterwards.
+
+Also the rule every provider applies to a tool call in history (``parse_arguments``,
+``valid_tool_name``): a call that breaks it is stored in a form that follows it
+(``bot.agent.responses``), and the adapters never send one that breaks it.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+INVALID_TOOL_NAME = "invalid_tool_name"
+"""What a call whose name a provider would refuse is stored and sent as."""
+
+
+def valid_tool_name(name: str) -> bool:
+    """Whether OpenAI and Anthropic accept ``name`` (``^[a-zA-Z0-9_-]{1,64}$``)."""
+    return _TOOL_NAME.fullmatch(name) is not None
+
+
+def _not_a_number(constant: str) -> float:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def parse_arguments(text: str) -> dict[str, Any] | str:
+    """A call's arguments as the JSON object they must be (blank text is ``{}``), or
+    why they are not one (``not valid JSON (…)``, ``expected a JSON object, got list``)."""
+    if not text or text.isspace():
+        return {}
+    try:
+        value = json.loads(text, parse_constant=_not_a_number)
+    except (ValueError, RecursionError) as exc:
+        return f"not valid JSON ({exc})"
+    if not isinstance(value, dict):
+        return f"expected a JSON object, got {type(value).__name__}"
+    return value
+
+
+class Malformed(BaseModel):
+    """What the model wrote when its call could not be stored as written (bounded)."""
+
+    model_config = _FROZEN
+
+    name: str | None = None  # the name, when it was not a valid tool name
+    arguments: str | None = None  # the arguments, when they were not a JSON object
+    error: str | None = None  # why the arguments were refused, for the model
+
 
 class ToolCall(BaseModel):
-    """A tool call as the model wrote it; ``arguments`` is the raw JSON text."""
+    """A tool call; ``arguments`` is JSON object text.
+
+    A call the model wrote with a name or arguments a provider would refuse in history
+    is stored with ``INVALID_TOOL_NAME`` / ``{}`` and what it wrote in ``malformed``;
+    such a call is never run.
+    """
 
     model_config = _FROZEN
 
     id: str
     name: str
     arguments: str = "{}"
+    malformed: Malformed | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_malformed(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A well-formed call is written exactly as before the field existed, so a
+        # reader that forbids unknown keys (an older process, a rolling deploy) reads it.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("malformed", False) is None:
+            del data["malformed"]
+        return data
 
 
 class UserMessage(BaseModel):

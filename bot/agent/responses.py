@@ -1,6 +1,13 @@
 """What happens to a model response before the loop acts on it: usage accounting for
-the next reservation, tool calls written as text recovered, and call ids made unique
-within the job (approvals and the write ledger are keyed by them)."""
+the next reservation, tool calls written as text recovered, call ids made unique
+within the job (approvals and the write ledger are keyed by them), and calls made
+well-formed.
+
+The assistant message is stored and re-sent in every later request of the thread, so a
+call a provider would refuse there (arguments that are not a JSON object, a name
+outside ``^[a-zA-Z0-9_-]{1,64}$``) would fail every one of them. Such a call is stored
+with ``{}`` / ``INVALID_TOOL_NAME`` instead, what the model wrote kept (bounded) in
+``ToolCall.malformed``; ``calls.py`` answers it with an ``Error:`` and never runs it."""
 
 from __future__ import annotations
 
@@ -8,12 +15,16 @@ from collections.abc import Container
 from typing import assert_never
 
 from bot.agent.messages import (
+    INVALID_TOOL_NAME,
     AnyMessage,
     AssistantMessage,
+    Malformed,
     ModelResponse,
     ToolCall,
     ToolMessage,
     UserMessage,
+    parse_arguments,
+    valid_tool_name,
 )
 from bot.agent.state import RunState
 from bot.agent.toolcall_recovery import recover_tool_calls
@@ -30,6 +41,37 @@ def message_chars(message: AnyMessage) -> int:
             assert_never(message)
 
 
+MAX_MALFORMED_CHARS = 2_000
+"""What is kept of a malformed name or arguments (a cut-off output can be huge)."""
+
+
+def _kept(text: str) -> str:
+    if len(text) <= MAX_MALFORMED_CHARS:
+        return text
+    note = f"… [{len(text)} chars]"
+    return text[: MAX_MALFORMED_CHARS - len(note)] + note
+
+
+def well_formed(call: ToolCall) -> ToolCall:
+    """``call`` as a provider accepts it in history (itself when it already is)."""
+    parsed = parse_arguments(call.arguments)
+    bad_name = not valid_tool_name(call.name)
+    if isinstance(parsed, dict) and not bad_name:
+        return call if call.arguments.strip() else call.model_copy(update={"arguments": "{}"})
+    malformed = Malformed(
+        name=_kept(call.name) if bad_name else None,
+        arguments=None if isinstance(parsed, dict) else _kept(call.arguments),
+        error=None if isinstance(parsed, dict) else parsed,
+    )
+    return call.model_copy(
+        update={
+            "name": INVALID_TOOL_NAME if bad_name else call.name,
+            "arguments": call.arguments if isinstance(parsed, dict) else "{}",
+            "malformed": malformed,
+        }
+    )
+
+
 def account(state: RunState, response: ModelResponse) -> None:
     """Add the response's usage; its prompt size is the base of the next reservation."""
     usage = response.usage
@@ -41,7 +83,8 @@ def account(state: RunState, response: ModelResponse) -> None:
 
 
 def normalize(state: RunState, response: ModelResponse, allowed: Container[str]) -> ModelResponse:
-    """Recover text-written tool calls; give every call a unique, non-empty id."""
+    """Recover text-written tool calls; give every call a unique, non-empty id and a
+    form a provider accepts in history (``well_formed``)."""
     if not response.tool_calls:
         recovered = recover_tool_calls(response, allowed, id_prefix=f"recovered_{state.iterations}")
         if recovered is None:
@@ -50,7 +93,9 @@ def normalize(state: RunState, response: ModelResponse, allowed: Container[str])
     seen = set(state.call_ids)
     fixed: list[ToolCall] = []
     changed = False
-    for n, call in enumerate(response.tool_calls):
+    for n, written in enumerate(response.tool_calls):
+        call = well_formed(written)
+        changed = changed or call is not written
         if not call.id or call.id in seen:
             fresh, k = f"call_{state.iterations}_{n}", 0
             while fresh in seen:

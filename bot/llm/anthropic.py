@@ -6,6 +6,10 @@ becomes strictly alternating user/assistant turns: consecutive tool results and 
 text that follows them merge into one user turn, tool results first. Each message's
 JSON is computed once and reused (``wire.py``); merging only joins those fragments.
 
+A stored call a provider would refuse (history written before the core made calls
+well-formed) is sent valid: arguments that are not an object under ``_raw``, a name
+outside ``^[a-zA-Z0-9_-]{1,64}$`` as ``INVALID_TOOL_NAME``.
+
 Responses come as one JSON body or as SSE events (``message_start`` …
 ``message_stop``); text and ``tool_use`` blocks map to the neutral ``ModelResponse``.
 Errors are translated by ``bot.llm.errors`` and transient ones retried by
@@ -23,6 +27,7 @@ from typing import Any
 import httpx
 
 from bot.agent.messages import (
+    INVALID_TOOL_NAME,
     AnyMessage,
     AssistantMessage,
     ModelRequest,
@@ -32,6 +37,8 @@ from bot.agent.messages import (
     ToolSpec,
     Usage,
     UserMessage,
+    parse_arguments,
+    valid_tool_name,
 )
 from bot.errors import ModelError, ModelUnavailableError
 from bot.llm.attempts import HttpModelClient, Sink
@@ -80,12 +87,7 @@ def tool_input(arguments: str) -> dict[str, Any]:
     Text that is not a JSON object is kept under ``_raw`` rather than dropped, so the
     model still sees what it wrote.
     """
-    if not arguments.strip():
-        return {}
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {"_raw": arguments}
+    value = parse_arguments(arguments)
     return value if isinstance(value, dict) else {"_raw": arguments}
 
 
@@ -109,7 +111,7 @@ def render_message(message: AnyMessage) -> str | list[dict[str, Any]]:
                 {
                     "type": "tool_use",
                     "id": tool_id(c.id),
-                    "name": c.name,
+                    "name": c.name if valid_tool_name(c.name) else INVALID_TOOL_NAME,
                     "input": tool_input(c.arguments),
                 }
                 for c in calls

@@ -3,7 +3,9 @@
 ``POST {base_url}/chat/completions`` with a Bearer key; non-streaming and SSE streaming
 (text and tool-call fragments assembled by index, usage requested in the stream). The
 request body is built from cached per-message JSON fragments (``wire.py``), so its cost
-grows with what is new, not with the conversation.
+grows with what is new, not with the conversation. A stored call that a server would
+refuse (history written before the core made calls well-formed) is sent with ``{}`` /
+``INVALID_TOOL_NAME`` instead, so one bad call cannot fail every later request.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from bot.agent.messages import (
+    INVALID_TOOL_NAME,
     AnyMessage,
     AssistantMessage,
     ModelRequest,
@@ -25,6 +28,8 @@ from bot.agent.messages import (
     ToolSpec,
     Usage,
     UserMessage,
+    parse_arguments,
+    valid_tool_name,
 )
 from bot.errors import ModelUnavailableError
 from bot.llm.attempts import HttpModelClient, Sink
@@ -33,6 +38,16 @@ from bot.llm.retry import RetryPolicy
 from bot.llm.wire import FragmentCache, LastJson, PrefixCache, dumps
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
+
+
+def render_function(call: ToolCall) -> dict[str, str]:
+    """A call's ``function`` as servers accept it in history: a valid name, and arguments
+    that are a JSON object (rendered once per message: the fragments are cached)."""
+    arguments = call.arguments
+    if not arguments.strip() or not isinstance(parse_arguments(arguments), dict):
+        arguments = "{}"
+    name = call.name if valid_tool_name(call.name) else INVALID_TOOL_NAME
+    return {"name": name, "arguments": arguments}
 
 
 def render_message(message: AnyMessage) -> dict[str, Any]:
@@ -45,12 +60,7 @@ def render_message(message: AnyMessage) -> dict[str, Any]:
             out: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:
                 out["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": c.arguments},
-                    }
-                    for c in calls
+                    {"id": c.id, "type": "function", "function": render_function(c)} for c in calls
                 ]
             return out
 

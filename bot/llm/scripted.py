@@ -11,6 +11,12 @@ offline demo model.
 without asking the policy: it is what ``opsloop check`` probes. With ``api_key`` set,
 every request must carry it (``Authorization: Bearer`` or ``x-api-key``) or is answered
 401 as the provider would; without it, any key or none is accepted.
+
+With ``strict=True`` the server refuses, before asking the policy, a history that vLLM
+or OpenAI's own validation refuses: a call whose arguments are not a JSON object
+string, a tool name outside ``^[a-zA-Z0-9_-]{1,64}$``, a tool result answering no
+earlier call. The answer is the provider's 400 (``invalid_request_error``), which the
+adapters treat as terminal; every such refusal is kept in ``refusals``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import asyncio
 import inspect
 import itertools
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +34,10 @@ from aiohttp import web
 
 DEFAULT_CHUNKS = 4
 MAX_REPEAT_CHUNKS = 1_000_000
+# What OpenAI and Anthropic accept as a function / tool name. Spelled out here, not
+# imported from the code under test: the strict server is the referee.
+PROVIDER_TOOL_NAME = "^[a-zA-Z0-9_-]{1,64}$"
+_PROVIDER_TOOL_NAME = re.compile(PROVIDER_TOOL_NAME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +69,8 @@ class Fault:
     status: int = 500
     message: str = "scripted failure"
     code: str | None = None
+    kind: str | None = None  # the error's ``type`` (OpenAI: default ``server_error``)
+    param: str | None = None  # OpenAI: the request field the error is about
     retry_after: str | None = None
     delay_s: float = 0.0
     malformed: bool = False  # 200 with a body that is not JSON
@@ -121,12 +134,15 @@ class ScriptedServer:
         chunks: int = DEFAULT_CHUNKS,
         models: Sequence[str] = (),
         api_key: str | None = None,
+        strict: bool = False,
     ) -> None:
         self.policy = policy
         self.chunks = chunks
         self.models = list(models)  # what ``GET /v1/models`` lists
         self.api_key = api_key  # None: any key (or none) is accepted
+        self.strict = strict  # refuse an invalid history with a 400, as vLLM does
         self.requests: list[ScriptedRequest] = []
+        self.refusals: list[str] = []  # the messages of the strict mode's 400s
         self.disconnects = 0  # streams whose client went away before the end
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -195,6 +211,10 @@ class ScriptedServer:
         )
         self.requests.append(scripted)
         refused = self.refused(scripted)
+        if refused is None and self.strict:
+            refused = invalid_history(scripted)
+            if refused is not None:
+                self.refusals.append(refused.message)
         if refused is not None:
             return scripted, refused
         answer = self.policy(scripted)
@@ -356,6 +376,95 @@ class ScriptedServer:
         return await scripted_anthropic.respond(self, request, scripted, answer)
 
 
+# -- strict mode ----------------------------------------------------------------------
+
+
+def invalid_history(scripted: ScriptedRequest) -> Fault | None:
+    """The 400 a strict provider answers ``scripted`` with, or None when it is valid."""
+    if scripted.provider == "anthropic":
+        problem = _anthropic_problem(scripted.messages)
+        if problem is None:
+            return None
+        return Fault(status=400, message=problem, code="invalid_request_error")
+    found = _openai_problem(scripted.messages)
+    if found is None:
+        return None
+    param, message, code = found
+    return Fault(status=400, message=message, code=code, kind="invalid_request_error", param=param)
+
+
+def _is_object_json(text: object) -> bool:
+    if not isinstance(text, str):
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def _openai_problem(messages: list[Any]) -> tuple[str, str, str | None] | None:
+    """(param, message, code) of the first thing OpenAI/vLLM would refuse."""
+    calls: set[str] = set()
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
+            for j, call in enumerate(message.get("tool_calls") or ()):
+                fn = call.get("function") if isinstance(call, dict) else None
+                fn = fn if isinstance(fn, dict) else {}
+                at = f"messages.[{i}].tool_calls.[{j}].function"
+                name = fn.get("name")
+                if not isinstance(name, str) or not _PROVIDER_TOOL_NAME.fullmatch(name):
+                    return (
+                        f"{at}.name",
+                        f"Invalid '{at}.name': string does not match pattern. "
+                        f"Expected a string that matches the pattern '{PROVIDER_TOOL_NAME}'.",
+                        "invalid_value",
+                    )
+                if not _is_object_json(fn.get("arguments")):
+                    return (
+                        f"{at}.arguments",
+                        f"Invalid '{at}.arguments': the function arguments must be "
+                        "a JSON object, as a string.",
+                        "invalid_value",
+                    )
+                calls.add(str(call.get("id")))
+        elif message.get("role") == "tool" and message.get("tool_call_id") not in calls:
+            return (
+                f"messages.[{i}].tool_call_id",
+                f"Invalid parameter: 'tool_call_id' of messages.[{i}] answers no earlier "
+                "message with 'tool_calls': messages with role 'tool' must be a response "
+                "to a preceding message with 'tool_calls'.",
+                None,
+            )
+    return None
+
+
+def _anthropic_problem(messages: list[Any]) -> str | None:
+    """The message of the first thing the Messages API would refuse."""
+    uses: set[str] = set()
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            if not isinstance(block, dict):
+                continue
+            at = f"messages.{i}.content.{j}"
+            if block.get("type") == "tool_use":
+                name = block.get("name")
+                if not isinstance(name, str) or not _PROVIDER_TOOL_NAME.fullmatch(name):
+                    return f"{at}.tool_use.name: String should match pattern '{PROVIDER_TOOL_NAME}'"
+                if not isinstance(block.get("input"), dict):
+                    return f"{at}.tool_use.input: Input should be a valid dictionary"
+                uses.add(str(block.get("id")))
+            elif block.get("type") == "tool_result" and block.get("tool_use_id") not in uses:
+                return (
+                    f"{at}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                    f"{block.get('tool_use_id')}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message."
+                )
+    return None
+
+
 def fault_response(fault: Fault, *, anthropic: bool) -> web.Response:
     if fault.malformed:
         return web.Response(status=200, text="{not json", content_type="application/json")
@@ -364,5 +473,8 @@ def fault_response(fault: Fault, *, anthropic: bool) -> web.Response:
         kind = fault.code or ("overloaded_error" if fault.status == 529 else "api_error")
         body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": fault.message}}
     else:
-        body = {"error": {"message": fault.message, "type": "server_error", "code": fault.code}}
+        error = {"message": fault.message, "type": fault.kind or "server_error"}
+        if fault.param is not None:
+            error["param"] = fault.param
+        body = {"error": {**error, "code": fault.code}}
     return web.json_response(body, status=fault.status, headers=headers)

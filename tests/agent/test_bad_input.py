@@ -148,7 +148,10 @@ async def test_odd_tool_names_are_a_clear_unknown_tool_result(name: str) -> None
 async def test_unicode_tool_name_is_shown_as_written() -> None:
     seen, _ = await one_call(raw('{"host": "web-03"}', name="chéck_🔥"))
 
-    assert seen.content == "Error: unknown tool 'chéck_🔥'; available tools: check"
+    assert seen.content == (
+        "Error: unknown tool 'chéck_🔥': not a valid tool name "
+        "(1 to 64 letters, digits, '_' or '-'); available tools: check"
+    )
 
 
 # -- outputs ------------------------------------------------------------------

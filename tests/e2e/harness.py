@@ -341,12 +341,13 @@ class ScriptedModel:
 
     ``policy`` decides each request (None: every request fails with a 500 naming the
     omission). ``wait_for`` returns once a condition on ``requests`` holds, woken by each
-    request rather than by a clock.
+    request rather than by a clock. ``strict``: the server refuses an invalid history with
+    a 400, as vLLM does (see ``ScriptedServer``).
     """
 
-    def __init__(self, policy: Policy | None = None) -> None:
+    def __init__(self, policy: Policy | None = None, *, strict: bool = False) -> None:
         self.policy: Policy | None = policy
-        self.server: ScriptedServer = ScriptedServer(self)
+        self.server: ScriptedServer = ScriptedServer(self, strict=strict)
         self._arrived = asyncio.Event()
 
     def __call__(self, request: ScriptedRequest) -> Any:
