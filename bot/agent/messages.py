@@ -5,8 +5,8 @@ store persists them as JSON. Everything here is a frozen pydantic model so that 
 message appended to history can never change afterwards.
 
 Also the rule every provider applies to a tool call in history (``parse_arguments``,
-``valid_tool_name``): a call that breaks it is stored in a form that follows it
-(``bot.agent.responses``), and the adapters never send one that breaks it.
+``valid_tool_name``, ``valid_call_id``): a call that breaks it is stored in a form that
+follows it (``bot.agent.responses``), and the adapters never send one that breaks it.
 """
 
 from __future__ import annotations
@@ -29,6 +29,17 @@ INVALID_TOOL_NAME = "invalid_tool_name"
 def valid_tool_name(name: str) -> bool:
     """Whether OpenAI and Anthropic accept ``name`` (``^[a-zA-Z0-9_-]{1,64}$``)."""
     return _TOOL_NAME.fullmatch(name) is not None
+
+
+MAX_CALL_ID_CHARS = 40
+"""OpenAI refuses a longer ``tool_call_id``."""
+_CALL_ID = re.compile(r"[a-zA-Z0-9_-]{1,40}")  # 40: MAX_CALL_ID_CHARS
+
+
+def valid_call_id(call_id: str) -> bool:
+    """Whether both providers accept ``call_id`` in history: OpenAI at most
+    ``MAX_CALL_ID_CHARS`` chars, Anthropic ``^[a-zA-Z0-9_-]+$``."""
+    return _CALL_ID.fullmatch(call_id) is not None
 
 
 def _not_a_number(constant: str) -> float:

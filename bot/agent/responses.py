@@ -1,13 +1,16 @@
 """What happens to a model response before the loop acts on it: usage accounting for
 the next reservation, tool calls written as text recovered, call ids made unique
-within the job (approvals and the write ledger are keyed by them), and calls made
-well-formed.
+within the job (approvals and the write ledger are keyed by them) and ones every
+provider accepts, and calls made well-formed.
 
 The assistant message is stored and re-sent in every later request of the thread, so a
 call a provider would refuse there (arguments that are not a JSON object, a name
 outside ``^[a-zA-Z0-9_-]{1,64}$``) would fail every one of them. Such a call is stored
 with ``{}`` / ``INVALID_TOOL_NAME`` instead, what the model wrote kept (bounded) in
-``ToolCall.malformed``; ``calls.py`` answers it with an ``Error:`` and never runs it."""
+``ToolCall.malformed``; ``calls.py`` answers it with an ``Error:`` and never runs it.
+An id a provider would refuse (empty, over 40 chars, characters outside
+``[a-zA-Z0-9_-]``: a fallback model of another provider, a broken server) is replaced
+by a fresh job-unique one, as a repeated id is."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from bot.agent.messages import (
     ToolMessage,
     UserMessage,
     parse_arguments,
+    valid_call_id,
     valid_tool_name,
 )
 from bot.agent.state import RunState
@@ -83,8 +87,9 @@ def account(state: RunState, response: ModelResponse) -> None:
 
 
 def normalize(state: RunState, response: ModelResponse, allowed: Container[str]) -> ModelResponse:
-    """Recover text-written tool calls; give every call a unique, non-empty id and a
-    form a provider accepts in history (``well_formed``)."""
+    """Recover text-written tool calls; give every call a job-unique id that every
+    provider accepts (``valid_call_id``) and a form it accepts in history
+    (``well_formed``)."""
     if not response.tool_calls:
         recovered = recover_tool_calls(response, allowed, id_prefix=f"recovered_{state.iterations}")
         if recovered is None:
@@ -96,7 +101,7 @@ def normalize(state: RunState, response: ModelResponse, allowed: Container[str])
     for n, written in enumerate(response.tool_calls):
         call = well_formed(written)
         changed = changed or call is not written
-        if not call.id or call.id in seen:
+        if call.id in seen or not valid_call_id(call.id):
             fresh, k = f"call_{state.iterations}_{n}", 0
             while fresh in seen:
                 k += 1

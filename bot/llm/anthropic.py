@@ -8,7 +8,9 @@ JSON is computed once and reused (``wire.py``); merging only joins those fragmen
 
 A stored call a provider would refuse (history written before the core made calls
 well-formed) is sent valid: arguments that are not an object under ``_raw``, a name
-outside ``^[a-zA-Z0-9_-]{1,64}$`` as ``INVALID_TOOL_NAME``.
+outside ``^[a-zA-Z0-9_-]{1,64}$`` as ``INVALID_TOOL_NAME``, an id with other characters
+through ``tool_id``. Strings taken from an answer have their lone surrogates replaced
+(``surrogates.py``), so they can be sent again.
 
 Responses come as one JSON body or as SSE events (``message_start`` …
 ``message_stop``); text and ``tool_use`` blocks map to the neutral ``ModelResponse``.
@@ -44,6 +46,7 @@ from bot.errors import ModelError, ModelUnavailableError
 from bot.llm.attempts import HttpModelClient, Sink
 from bot.llm.errors import error_from_response, malformed, read_error
 from bot.llm.retry import RetryPolicy
+from bot.llm.surrogates import clean, clean_arguments, encode
 from bot.llm.wire import FragmentCache, LastJson, dumps
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -263,7 +266,7 @@ class AnthropicClient(HttpModelClient):
         if request.system:
             text += ',"system":' + self._system_json.get(request.system)
         text += ',"messages":' + messages_json(request.messages)
-        return (text + "}").encode()
+        return encode(text + "}")
 
     # -- the call ---------------------------------------------------------------
 
@@ -291,7 +294,7 @@ class AnthropicClient(HttpModelClient):
         if not isinstance(data, dict):
             raise malformed(self._name, "body is not an object")
         if data.get("type") == "error":
-            raise self._error(data, dumps(data))
+            raise self._error(data, clean(dumps(data)))
         content = data.get("content")
         if not isinstance(content, list):
             raise malformed(self._name, "no content blocks")
@@ -304,14 +307,14 @@ class AnthropicClient(HttpModelClient):
             elif kind == "tool_use":
                 calls.append(
                     ToolCall(
-                        id=str(block.get("id") or ""),  # the core assigns one
-                        name=str(block.get("name") or ""),
-                        arguments=dumps(block.get("input") or {}),
+                        id=clean(str(block.get("id") or "")),  # the core assigns one
+                        name=clean(str(block.get("name") or "")),
+                        arguments=clean_arguments(dumps(block.get("input") or {})),
                     )
                 )
             # thinking, server tool blocks, ...: nothing the core uses
         return ModelResponse(
-            content="".join(text) or None,
+            content=clean("".join(text)) or None,
             tool_calls=tuple(calls),
             usage=_usage(data.get("usage")),
             finish_reason=data.get("stop_reason"),
@@ -349,9 +352,13 @@ class AnthropicClient(HttpModelClient):
             if block.kind != "tool_use":
                 continue
             arguments = "".join(block.json) or (dumps(block.input) if block.input else "{}")
-            calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
+            calls.append(
+                ToolCall(
+                    id=clean(block.id), name=clean(block.name), arguments=clean_arguments(arguments)
+                )
+            )
         return ModelResponse(
-            content="".join(state.text) or None,
+            content=clean("".join(state.text)) or None,
             tool_calls=tuple(calls),
             usage=_usage(state.usage),
             finish_reason=state.stop_reason,
@@ -412,7 +419,7 @@ class AnthropicClient(HttpModelClient):
 
 def _emit(state: _Stream, piece: str) -> None:
     state.text.append(piece)
-    state.sink(piece)
+    state.sink(clean(piece))
 
 
 def _usage(raw: Any) -> Usage:

@@ -5,11 +5,14 @@
 request body is built from cached per-message JSON fragments (``wire.py``), so its cost
 grows with what is new, not with the conversation. A stored call that a server would
 refuse (history written before the core made calls well-formed) is sent with ``{}`` /
-``INVALID_TOOL_NAME`` instead, so one bad call cannot fail every later request.
+``INVALID_TOOL_NAME`` instead, and an id over 40 characters as a digest of itself, so
+one bad call cannot fail every later request. Strings taken from an answer have their
+lone surrogates replaced (``surrogates.py``), so they can be sent again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +22,7 @@ import httpx
 
 from bot.agent.messages import (
     INVALID_TOOL_NAME,
+    MAX_CALL_ID_CHARS,
     AnyMessage,
     AssistantMessage,
     ModelRequest,
@@ -35,6 +39,7 @@ from bot.errors import ModelUnavailableError
 from bot.llm.attempts import HttpModelClient, Sink
 from bot.llm.errors import error_from_response, malformed, read_error
 from bot.llm.retry import RetryPolicy
+from bot.llm.surrogates import clean, clean_arguments, encode
 from bot.llm.wire import FragmentCache, LastJson, PrefixCache, dumps
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
@@ -50,17 +55,31 @@ def render_function(call: ToolCall) -> dict[str, str]:
     return {"name": name, "arguments": arguments}
 
 
+_DIGEST_PREFIX = "call_"
+
+
+def call_id(raw: str) -> str:
+    """A call id as OpenAI accepts it (at most ``MAX_CALL_ID_CHARS``). A longer one, kept
+    from before the core made ids safe, is sent as a digest of itself, on the call and on
+    its result alike, so the pair still matches."""
+    if len(raw) <= MAX_CALL_ID_CHARS:
+        return raw
+    digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+    return _DIGEST_PREFIX + digest[: MAX_CALL_ID_CHARS - len(_DIGEST_PREFIX)]
+
+
 def render_message(message: AnyMessage) -> dict[str, Any]:
     match message:
         case UserMessage(content=content):
             return {"role": "user", "content": content}
-        case ToolMessage(tool_call_id=call_id, content=content):
-            return {"role": "tool", "tool_call_id": call_id, "content": content}
+        case ToolMessage(tool_call_id=tool_call_id, content=content):
+            return {"role": "tool", "tool_call_id": call_id(tool_call_id), "content": content}
         case AssistantMessage(content=content, tool_calls=calls):
             out: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:
                 out["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": render_function(c)} for c in calls
+                    {"id": call_id(c.id), "type": "function", "function": render_function(c)}
+                    for c in calls
                 ]
             return out
 
@@ -148,7 +167,7 @@ class OpenAIClient(HttpModelClient):
                 + self._tools_json.get(request.tools)
                 + ',"tool_choice":"auto","parallel_tool_calls":true'
             )
-        return (text + "}").encode()
+        return encode(text + "}")
 
     # -- the call ---------------------------------------------------------------
 
@@ -172,7 +191,7 @@ class OpenAIClient(HttpModelClient):
         if not isinstance(data, dict):
             raise malformed(self._name, "body is not an object")
         if "error" in data and not data.get("choices"):
-            raise error_from_response(500, dumps(data), {}, model=self._name)
+            raise error_from_response(500, clean(dumps(data)), {}, model=self._name)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise malformed(self._name, "no choices")
@@ -185,14 +204,14 @@ class OpenAIClient(HttpModelClient):
                 args = dumps(args) if args is not None else "{}"
             calls.append(
                 ToolCall(
-                    id=str(raw.get("id") or ""),  # the core assigns one
-                    name=str(fn.get("name") or ""),
-                    arguments=args,
+                    id=clean(str(raw.get("id") or "")),  # the core assigns one
+                    name=clean(str(fn.get("name") or "")),
+                    arguments=clean_arguments(args),
                 )
             )
         content = message.get("content")
         return ModelResponse(
-            content=content if isinstance(content, str) else None,
+            content=clean(content) if isinstance(content, str) else None,
             tool_calls=tuple(calls),
             usage=_usage(data.get("usage")),
             finish_reason=choices[0].get("finish_reason"),
@@ -243,7 +262,7 @@ class OpenAIClient(HttpModelClient):
                     piece = delta.get("content")
                     if piece:
                         text.append(piece)
-                        sink(piece)
+                        sink(clean(piece))
                     for frag in delta.get("tool_calls") or ():
                         entry = calls.get(frag.get("index", 0))
                         if entry is None:
@@ -262,9 +281,13 @@ class OpenAIClient(HttpModelClient):
         if not done and finish is None:
             raise ModelUnavailableError(f"{self._name}: stream ended early", model=self._name)
         return ModelResponse(
-            content="".join(text) or None,
+            content=clean("".join(text)) or None,
             tool_calls=tuple(
-                ToolCall(id=c.id, name=c.name, arguments="".join(c.arguments) or "{}")
+                ToolCall(
+                    id=clean(c.id),
+                    name=clean(c.name),
+                    arguments=clean_arguments("".join(c.arguments) or "{}"),
+                )
                 for i, c in sorted(calls.items())
             ),
             usage=usage or Usage(),

@@ -3,7 +3,9 @@ Messages, via ``scripted_anthropic``) on loopback.
 
 A policy function decides every answer from the request: a ``Reply`` (text and/or tool
 calls, usage), or a ``Fault`` (an HTTP error with ``Retry-After``, a delay, a malformed
-body, a stream cut half-way, a stream repeating itself). Every request is recorded.
+body, a body of exact bytes, a stream cut half-way, a stream repeating itself). Every
+request is recorded. Strings are sent as ``json.dumps`` writes them, so a lone surrogate
+in a ``Reply`` goes out escaped (``"\ud800"``), as a broken server would send it.
 Tests drive the real adapters over real HTTP with it; the local dev mode uses it as its
 offline demo model.
 
@@ -14,7 +16,8 @@ every request must carry it (``Authorization: Bearer`` or ``x-api-key``) or is a
 
 With ``strict=True`` the server refuses, before asking the policy, a history that vLLM
 or OpenAI's own validation refuses: a call whose arguments are not a JSON object
-string, a tool name outside ``^[a-zA-Z0-9_-]{1,64}$``, a tool result answering no
+string, a tool name outside ``^[a-zA-Z0-9_-]{1,64}$``, a call id over 40 characters
+(OpenAI; Anthropic: one outside ``^[a-zA-Z0-9_-]+$``), a tool result answering no
 earlier call. The answer is the provider's 400 (``invalid_request_error``), which the
 adapters treat as terminal; every such refusal is kept in ``refusals``.
 """
@@ -38,6 +41,9 @@ MAX_REPEAT_CHUNKS = 1_000_000
 # imported from the code under test: the strict server is the referee.
 PROVIDER_TOOL_NAME = "^[a-zA-Z0-9_-]{1,64}$"
 _PROVIDER_TOOL_NAME = re.compile(PROVIDER_TOOL_NAME)
+OPENAI_MAX_CALL_ID = 40
+ANTHROPIC_CALL_ID = "^[a-zA-Z0-9_-]+$"
+_ANTHROPIC_CALL_ID = re.compile(ANTHROPIC_CALL_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,7 @@ class Fault:
     retry_after: str | None = None
     delay_s: float = 0.0
     malformed: bool = False  # 200 with a body that is not JSON
+    raw: bytes | None = None  # 200 with exactly these bytes as its JSON body
     cut_after: int | None = None  # stream: send this many chunks, then drop the connection
     repeat: str | None = None  # stream: send this text over and over (until cut_after chunks)
 
@@ -402,6 +409,18 @@ def _is_object_json(text: object) -> bool:
         return False
 
 
+def _too_long(at: str, value: object) -> tuple[str, str, str | None] | None:
+    """OpenAI's answer to an id over ``OPENAI_MAX_CALL_ID`` characters at ``at``."""
+    if not isinstance(value, str) or len(value) <= OPENAI_MAX_CALL_ID:
+        return None
+    return (
+        at,
+        f"Invalid '{at}': string too long. Expected a string with maximum length "
+        f"{OPENAI_MAX_CALL_ID}, but got a string with length {len(value)} instead.",
+        "string_above_max_length",
+    )
+
+
 def _openai_problem(messages: list[Any]) -> tuple[str, str, str | None] | None:
     """(param, message, code) of the first thing OpenAI/vLLM would refuse."""
     calls: set[str] = set()
@@ -410,8 +429,12 @@ def _openai_problem(messages: list[Any]) -> tuple[str, str, str | None] | None:
             continue
         if message.get("role") == "assistant":
             for j, call in enumerate(message.get("tool_calls") or ()):
-                fn = call.get("function") if isinstance(call, dict) else None
+                call = call if isinstance(call, dict) else {}
+                fn = call.get("function")
                 fn = fn if isinstance(fn, dict) else {}
+                long_id = _too_long(f"messages.[{i}].tool_calls.[{j}].id", call.get("id"))
+                if long_id is not None:
+                    return long_id
                 at = f"messages.[{i}].tool_calls.[{j}].function"
                 name = fn.get("name")
                 if not isinstance(name, str) or not _PROVIDER_TOOL_NAME.fullmatch(name):
@@ -429,7 +452,12 @@ def _openai_problem(messages: list[Any]) -> tuple[str, str, str | None] | None:
                         "invalid_value",
                     )
                 calls.add(str(call.get("id")))
-        elif message.get("role") == "tool" and message.get("tool_call_id") not in calls:
+        elif message.get("role") == "tool":
+            long_id = _too_long(f"messages.[{i}].tool_call_id", message.get("tool_call_id"))
+            if long_id is not None:
+                return long_id
+            if message.get("tool_call_id") in calls:
+                continue
             return (
                 f"messages.[{i}].tool_call_id",
                 f"Invalid parameter: 'tool_call_id' of messages.[{i}] answers no earlier "
@@ -453,9 +481,16 @@ def _anthropic_problem(messages: list[Any]) -> str | None:
                 name = block.get("name")
                 if not isinstance(name, str) or not _PROVIDER_TOOL_NAME.fullmatch(name):
                     return f"{at}.tool_use.name: String should match pattern '{PROVIDER_TOOL_NAME}'"
+                if not _anthropic_id(block.get("id")):
+                    return f"{at}.tool_use.id: String should match pattern '{ANTHROPIC_CALL_ID}'"
                 if not isinstance(block.get("input"), dict):
                     return f"{at}.tool_use.input: Input should be a valid dictionary"
                 uses.add(str(block.get("id")))
+            elif block.get("type") == "tool_result" and not _anthropic_id(block.get("tool_use_id")):
+                return (
+                    f"{at}.tool_result.tool_use_id: String should match pattern "
+                    f"'{ANTHROPIC_CALL_ID}'"
+                )
             elif block.get("type") == "tool_result" and block.get("tool_use_id") not in uses:
                 return (
                     f"{at}: unexpected `tool_use_id` found in `tool_result` blocks: "
@@ -465,7 +500,13 @@ def _anthropic_problem(messages: list[Any]) -> str | None:
     return None
 
 
+def _anthropic_id(value: object) -> bool:
+    return isinstance(value, str) and _ANTHROPIC_CALL_ID.fullmatch(value) is not None
+
+
 def fault_response(fault: Fault, *, anthropic: bool) -> web.Response:
+    if fault.raw is not None:
+        return web.Response(status=200, body=fault.raw, content_type="application/json")
     if fault.malformed:
         return web.Response(status=200, text="{not json", content_type="application/json")
     headers = {"retry-after": fault.retry_after} if fault.retry_after else {}
