@@ -27,12 +27,13 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/core_loop.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/llm_client.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/store.py
-	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/tools.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/tool_runs.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/redact.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/slack_ack.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_host_http.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_prometheus.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_supervisor.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/takeover.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -13,22 +13,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this file's folder comes first on sys.path and its name would
-# shadow the ``tools`` package.
-_here = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
+from aiohttp import web
 
-from aiohttp import web  # noqa: E402
-
-from bot.agent import CallContext  # noqa: E402
-from bot.agent.tools import Tool  # noqa: E402
-from tools.packs import PackConfig, load_packs  # noqa: E402
+from bot.agent import CallContext
+from bot.agent.tools import Tool
+from tools.packs import PackConfig, load_packs
 
 CTX = CallContext(job_id="C1:1.1:j1", call_id="bench")
 LOG_LINES = 100_000

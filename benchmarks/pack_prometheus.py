@@ -17,23 +17,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-# Run as a script, this file's folder comes first on sys.path and ``benchmarks/tools.py``
-# would shadow the ``tools`` package; the repository root is needed for ``tests``.
-_here = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
-sys.path.insert(0, str(_here.parent))
+import httpx
 
-import httpx  # noqa: E402
-
-from bot.agent import CallContext  # noqa: E402
-from bot.agent.tools import Tool  # noqa: E402
-from tests.tools.packs.backends import AlertmanagerServer, PrometheusStack  # noqa: E402
-from tools.packs import PackConfig, load_packs  # noqa: E402
+from bot.agent import CallContext
+from bot.agent.tools import Tool
+from tests.tools.packs.backends import AlertmanagerServer, PrometheusStack
+from tools.packs import PackConfig, load_packs
 
 CTX = CallContext(job_id="C1:1.1:j1", call_id="bench")
 APPROVED = CallContext(job_id="C1:1.1:j1", call_id="bench-silence", confirmed_by="U0BENCH")

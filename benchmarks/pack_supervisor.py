@@ -16,20 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-# Run as a script, this file's folder comes first on sys.path and its name would
-# shadow the ``tools`` package.
-_here = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
-
-from bot.agent.tools import CallContext  # noqa: E402
-from tests.tools.packs.supervisor_backend import ManagedSupervisor, Program  # noqa: E402
-from tools.packs import Pack, PackConfig  # noqa: E402
-from tools.packs.supervisor import build  # noqa: E402
+from bot.agent.tools import CallContext
+from tests.tools.packs.supervisor_backend import ManagedSupervisor, Program
+from tools.packs import Pack, PackConfig
+from tools.packs.supervisor import build
 
 CTX = CallContext(job_id="C1:1.1:bench", call_id="bench")
 GROUP = {"process_name": "%(program_name)s_%(process_num)02d"}

@@ -1,7 +1,7 @@
 """Tool-call overhead: a tools.yml command tool against a bare subprocess of the same
 program, and 50 parallel read-only http tool calls to a local server.
 
-    python benchmarks/tools.py [--calls 200]
+    python benchmarks/tool_runs.py [--calls 200]
 """
 
 from __future__ import annotations
@@ -11,20 +11,14 @@ import asyncio
 import statistics
 import sys
 import time
-from pathlib import Path
 
-# Run as a script, this file's folder comes first on sys.path and its name would
-# shadow the ``tools`` package.
-_here = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
+from aiohttp import web
 
-from aiohttp import web  # noqa: E402
-
-from bot.agent import CallContext  # noqa: E402
-from tools.command import CommandTool  # noqa: E402
-from tools.http import HttpFetcher, HttpTool  # noqa: E402
-from tools.netpolicy import AddressPolicy  # noqa: E402
-from tools.spec import CommandToolSpec, HttpToolSpec  # noqa: E402
+from bot.agent import CallContext
+from tools.command import CommandTool
+from tools.http import HttpFetcher, HttpTool
+from tools.netpolicy import AddressPolicy
+from tools.spec import CommandToolSpec, HttpToolSpec
 
 PROGRAM = ["/bin/echo", "ok"]
 CTX = CallContext(job_id="C1:1.1:j1", call_id="bench")
