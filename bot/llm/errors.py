@@ -27,6 +27,7 @@ from bot.errors import (
     ModelRequestError,
     ModelUnavailableError,
 )
+from bot.llm.surrogates import clean
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 529})
 MAX_MESSAGE_CHARS = 500
@@ -71,7 +72,9 @@ def _details(body: str) -> tuple[str, str | None]:
     """The provider's message (scrubbed: some echo the API key) and error code from an
     error body (any shape)."""
     message, code = _raw_details(body)
-    return redact_secrets(message), code
+    # An escaped lone surrogate in the provider's message must not reach job state,
+    # logs or Slack, which cannot encode it.
+    return redact_secrets(clean(message)), clean(code) if code is not None else None
 
 
 def _raw_details(body: str) -> tuple[str, str | None]:

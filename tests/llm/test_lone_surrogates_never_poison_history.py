@@ -315,3 +315,13 @@ def test_lone_halves_become_fffd_and_pairs_one_character() -> None:
     assert clean("\ud83d\ude00") == EMOJI
     assert json.loads(clean_arguments('{"a": "\\ud800", "b": 1}')) == {"a": BAD, "b": 1}
     assert encode(f'{{"a":"{LONE}"}}') == f'{{"a":"{BAD}"}}'.encode()
+
+
+def test_a_provider_error_message_with_a_lone_surrogate_is_encodable() -> None:
+    from bot.llm.errors import error_from_response
+
+    error = error_from_response(
+        400, '{"error": {"message": "bad \\ud800 input", "code": "x"}}', {}, model="m"
+    )
+    assert "bad \ufffd input" in str(error)
+    str(error).encode()  # job state, logs and Slack can take it
