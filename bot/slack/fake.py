@@ -217,6 +217,10 @@ class FakeSlack:
         after = retry_after if status == 429 else None
         self._faults[method].append(_Fault(status, code, after, remaining=times))
 
+    def clear_faults(self) -> None:
+        """Forget every failure ``fail_next`` still has queued: Slack answers again."""
+        self._faults.clear()
+
     def add_message(
         self, channel: str, ts: str | None, user: str, text: str, thread_ts: str | None = None
     ) -> str:

@@ -9,6 +9,7 @@ An approval is a HASH under the job's thread tag::
     card_ts     the card's message ts, once posted
     decided_by  the raw Slack user id of whoever decided (absent for a decision by no one)
     decided_at  epoch seconds
+    card_owed   "1" from the decision until its card was edited to show it
 
 The fields that change are plain hash fields and ``data`` never changes, so the Lua
 that decides reads and writes strings only (no cjson, no float re-encoding) and a
@@ -19,6 +20,13 @@ calls exactly one wins; the others get the record as it is (so the clicker can b
 who was first). The process-wide expiry index (a ZSET of ``job_id|call_id``) is kept
 with separate commands, never in a script with thread keys (Redis Cluster slots): it is
 a hint that may hold stale members, which ``decide`` removes when it meets them.
+
+A decided card's edit is owed until done: the deciding script sets ``card_owed`` with the
+decision, and a process-wide hint (``card_edits``, added before the decision so a crash
+between the two leaves a hint, not a lost edit) lets any process's scanner redo an edit
+the deciding process never made (it died after the acknowledgement, or Slack refused).
+``take_card_edits`` hands each due edit to one scanner for a while; ``card_edited``
+settles it.
 
 Who may decide (approver policy, two-person rule) is the Slack layer's business, not
 this module's; it only guarantees one decision, bound to the card's arguments hash.
@@ -56,10 +64,12 @@ REFUSED_EARLY = "this approval has not expired yet"
 # Slack user ids (``U…``, ``W…`` on Enterprise Grid): ``confirmed_by`` is always the raw
 # id, never a mention such as ``<@U123>``.
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
-_MUTABLE = frozenset({"status", "card_ts", "decided_by", "decided_at"})
+_MUTABLE = frozenset({"status", "card_ts", "decided_by", "decided_at", "card_owed"})
 _INDEX_SEP = "|"  # job ids contain ':' but never '|'
 POSTING = "posting:"  # card_ts while a process posts the card (claim_card)
 CARD_CLAIM_S = 30.0
+CARD_EDIT_GRACE_S = 3.0  # the deciding process edits the card at once; others wait this long
+CARD_EDIT_RETRY_S = 30.0  # a taken edit that was not settled is offered again after this
 
 
 class ApprovalRecord(BaseModel):
@@ -86,6 +96,7 @@ class ApprovalRecord(BaseModel):
     status: Status = "pending"
     decided_by: str | None = None
     decided_at: float | None = None
+    card_owed: bool = False  # decided, and its card not yet edited to say so
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +117,16 @@ _TAKE_DUE = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 if #due > 0 then
   redis.call('ZREM', KEYS[1], unpack(due))
+end
+return due
+"""
+
+# KEYS[1] a ZSET of index members. ARGV: due by, offer again at, limit. Returns the members
+# due and pushes them to ``offer again at`` (each taken by one caller at a time).
+_TAKE_FOR = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+for _, member in ipairs(due) do
+  redis.call('ZADD', KEYS[1], ARGV[2], member)
 end
 return due
 """
@@ -144,7 +165,7 @@ elseif want ~= '' and want ~= redis.call('HGET', KEYS[1], 'args_hash') then
 elseif outcome == 'expired' and now < expires_at then
   verdict = 'early'
 else
-  redis.call('HSET', KEYS[1], 'status', outcome, 'decided_at', ARGV[4])
+  redis.call('HSET', KEYS[1], 'status', outcome, 'decided_at', ARGV[4], 'card_owed', '1')
   if by ~= '' then
     redis.call('HSET', KEYS[1], 'decided_by', by)
   end
@@ -192,6 +213,7 @@ def _from_hash(fields: dict[str, str]) -> ApprovalRecord:
         card = fields.get("card_ts") or None
         data["card_ts"] = None if card is not None and card.startswith(POSTING) else card
         data["decided_by"] = fields.get("decided_by") or None
+        data["card_owed"] = fields.get("card_owed") == "1"
         raw_at = fields.get("decided_at")
         data["decided_at"] = float(raw_at) if raw_at else None
         return ApprovalRecord.model_validate(data)
@@ -232,6 +254,7 @@ class Approvals:
         self._set_card = redis.register_script(_SET_CARD)
         self._claim_card = redis.register_script(_CLAIM_CARD)
         self._take = redis.register_script(_TAKE_DUE)
+        self._take_for = redis.register_script(_TAKE_FOR)
 
     async def create(
         self, record: ApprovalRecord, *, remind_at: float | None = None
@@ -314,6 +337,10 @@ class Approvals:
         if by:
             _check_user(by)
         async with translated("approval decide"):
+            # The hint first (see the module docstring): a won decision always has one.
+            await self._redis.zadd(
+                self._keys.card_edits(), {index_member(job_id, call_id): now}, nx=True
+            )
             reply = await self._decide(
                 keys=[self._keys.approval(job_id, call_id)],
                 args=[outcome, by or "", args_hash or "", repr(float(now))],
@@ -359,6 +386,30 @@ class Approvals:
                 keys=[self._keys.approval_reminders()], args=[repr(now), limit]
             )
         return [parse_index_member(str(m)) for m in members]
+
+    async def take_card_edits(
+        self,
+        now: float,
+        *,
+        grace_s: float = CARD_EDIT_GRACE_S,
+        retry_s: float = CARD_EDIT_RETRY_S,
+        limit: int = 100,
+    ) -> list[tuple[str, str]]:
+        """``(job_id, call_id)`` of cards whose edit may still be owed, decided at least
+        ``grace_s`` ago, each handed to one caller until ``retry_s`` from now. A hint:
+        the caller reads the record; ``card_edited`` settles it (or drops a stale hint)."""
+        async with translated("approval card edits"):
+            members = await self._take_for(
+                keys=[self._keys.card_edits()],
+                args=[repr(now - grace_s), repr(now + retry_s), limit],
+            )
+        return [parse_index_member(str(m)) for m in members]
+
+    async def card_edited(self, job_id: str, call_id: str) -> None:
+        """The decided card shows its decision: nothing is owed any more."""
+        async with translated("approval card edited"):
+            await self._redis.hdel(self._keys.approval(job_id, call_id), "card_owed")
+            await self._redis.zrem(self._keys.card_edits(), index_member(job_id, call_id))
 
     async def _reindex(self, record: ApprovalRecord) -> None:
         """Make the index agree with a record found by a repeated ``create``."""

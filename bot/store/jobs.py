@@ -15,6 +15,13 @@ the script runs:
 
 Ending a job is atomic with a look at the thread's inject counter: if a reply arrived
 after the loop's last read, the job is not ended and the caller takes the reply in.
+
+The scanner's index (a sorted set: job id → when to look at it next) holds every live
+job: a created job is due at once, an ended one leaves it, and a job that becomes
+``running`` (started, resumed after its approval, continued after a limit) is due at
+once again, whatever look its earlier state had scheduled: a paused job's next look is
+30 s away and an ended one has none, and a process that dies running it must be found
+within its lease.
 """
 
 from __future__ import annotations
@@ -271,7 +278,8 @@ class Jobs:
         **update: object,
     ) -> JobRecord:
         """Write ``record`` (with ``update``) as ``status``; atomic compare-and-set on the
-        status the caller read and on the fencing token."""
+        status the caller read and on the fencing token. A job that becomes ``running``
+        is due in the scanner's index at once (see the module docstring)."""
         new_status = status or record.status
         if new_status is not record.status:
             check_transition(record.status, new_status, via)
@@ -290,6 +298,8 @@ class Jobs:
         _raise_unless_ok(outcome, record)
         if new_status.final:
             await self._unindex(record.id)
+        elif new_status is JobStatus.RUNNING and record.status is not JobStatus.RUNNING:
+            await self.index(record.id, new.updated_at)
         return new
 
     async def finish(

@@ -118,6 +118,10 @@ class Keys:
         """ZSET ``job_id|call_id`` → when to remind people of a pending card (taken once)."""
         return f"{self.prefix}index:approval-reminders"
 
+    def card_edits(self) -> str:
+        """ZSET ``job_id|call_id`` → when to (re)do a decided card's edit, for the scanner."""
+        return f"{self.prefix}index:card-edits"
+
     def cancel_channel(self) -> str:
         """Pub/sub channel: ``job_id|user`` when someone presses Stop."""
         return f"{self.prefix}cancel"

@@ -9,17 +9,23 @@ process-wide index (``Jobs.due``) and at approvals past their expiry
 - ``queued``: (re)schedule it; the thread's lease decides who runs it.
 - ``running`` with no lease: its process died; resume it (from its last step). With a
   lease held elsewhere: look again just after that lease would expire (a timer, so a
-  crashed process's job is taken over within the lease's 15 s, not 15 s + a scan).
+  crashed process's job is taken over within the lease's 15 s, not 15 s + a scan), and
+  again after that while its holder keeps renewing it. The process running a job keeps
+  pushing its next look forward; a job that becomes ``running`` is due at once
+  (``Jobs.save``), so every other process looks at it and times its look to the lease.
 - ``awaiting_approval`` whose approval was decided but never resumed (the deciding
   process died): resume it; still pending but its card never reached the thread (the
   pausing process died before posting it, or Slack failed): post the card.
+- a decided card whose edit is still owed a few seconds after the decision (its
+  deciding process died before the edit, or Slack refused it): edit it now.
 - an approval past its expiry: decide it ``expired`` (atomic; a click that won first
   stands), edit its card, and resume its job, whose model then reads
   ``Error: declined: approval expired``.
 
 Indexes are hints: everything is re-read and every transition is a compare-and-set, so
-any number of processes may scan at once. A Redis outage skips a scan, never ends the
-loop.
+any number of processes may scan at once. A scan takes every job that is due, a page at
+a time, looking at a few at once, and scans start every interval however long one took
+(a slow scan does not push the next one later). A Redis outage skips a scan, never ends the loop.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from bot.agent.state import PendingBatch
 from bot.errors import StoreError
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobStatus
+from bot.store.keys import LEASE_TTL_MS
 from bot.turns.runner import Turns
 
 log = logging.getLogger(__name__)
@@ -40,6 +47,8 @@ log = logging.getLogger(__name__)
 SCAN_INTERVAL_S = 5.0
 LEASE_MARGIN_S = 0.2  # look again this long after a lease would have expired
 AWAITING_RECHECK_S = 30.0  # a paused job is mostly resumed by its click, not the scan
+DUE_PAGE = 100  # jobs read from the index at a time
+LOOKS_AT_ONCE = 16  # jobs looked at concurrently
 
 
 class Scanner:
@@ -50,6 +59,7 @@ class Scanner:
         schedule: Callable[[str], None],
         on_expired: Callable[[ApprovalRecord], Awaitable[None]],
         on_remind: Callable[[ApprovalRecord], Awaitable[None]] | None = None,
+        on_card: Callable[[ApprovalRecord], Awaitable[bool]] | None = None,
         interval_s: float = SCAN_INTERVAL_S,
         now: Callable[[], float] = time.time,
     ) -> None:
@@ -57,12 +67,18 @@ class Scanner:
         self.schedule = schedule
         self.on_expired = on_expired
         self.on_remind = on_remind
+        self.on_card = on_card
         self.interval_s = interval_s
         self.now = now
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._looks: set[asyncio.Task[None]] = set()  # looks the timers started
 
     async def run(self) -> None:
-        """Scan every interval until cancelled."""
+        """Scan every interval until cancelled. Scans start on a fixed cadence: the
+        sleep is what is left of the interval, so a scan slowed down by load (a busy
+        event loop, many due jobs) does not delay every later one."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
         try:
             while True:
                 try:
@@ -71,10 +87,14 @@ class Scanner:
                     log.warning("scan skipped: Redis unavailable", exc_info=True)
                 except Exception:
                     log.exception("scan failed")
-                await asyncio.sleep(self.interval_s)
+                # After an overlong scan, start again at once, but do not catch up.
+                next_at = max(next_at + self.interval_s, loop.time())
+                await asyncio.sleep(next_at - loop.time())
         finally:
             for timer in self._timers.values():
                 timer.cancel()
+            for task in list(self._looks):
+                task.cancel()
 
     async def scan(self) -> None:
         now = self.now()
@@ -83,8 +103,53 @@ class Scanner:
         if self.on_remind is not None:
             for job_id, call_id in await self.turns.approvals.take_reminders(now):
                 await self._remind(job_id, call_id)
-        for job_id in await self.turns.jobs.due(now):
-            await self._look_at(job_id, now)
+        if self.on_card is not None:
+            for job_id, call_id in await self.turns.approvals.take_card_edits(now):
+                await self._redo_card(job_id, call_id)
+        await self._look_at_due(now)
+
+    async def _redo_card(self, job_id: str, call_id: str) -> None:
+        """Edit a decided card its deciding process never edited (it died after the
+        acknowledgement, or Slack refused); taken from the index by this process alone
+        until the retry time, settled by the hook once the edit landed."""
+        record = await self.turns.approvals.get(job_id, call_id)
+        if record is None or record.status == "pending" or not record.card_owed:
+            await self.turns.approvals.card_edited(job_id, call_id)  # a stale hint
+            return
+        assert self.on_card is not None
+        try:
+            if await self.on_card(record):
+                log.info("edited the decided card of %s/%s", job_id, call_id)
+        except Exception:
+            log.warning("could not edit the card of %s/%s", job_id, call_id, exc_info=True)
+
+    async def _look_at_due(self, now: float) -> None:
+        """Every job due by ``now``: each look moves a job's next look past ``now`` (or
+        drops it), so the index is read again until a page brings nothing new."""
+        seen: set[str] = set()
+        while True:
+            page = await self.turns.jobs.due(now, DUE_PAGE)
+            fresh = [job_id for job_id in page if job_id not in seen]
+            await self._look_at_all(fresh, now)
+            seen.update(fresh)
+            if len(page) < DUE_PAGE or not fresh:
+                return
+
+    async def _look_at_all(self, job_ids: list[str], now: float) -> None:
+        """Look at a few jobs at a time: a look is a few round trips, and thousands of
+        them one after another, each waiting out a busy event loop, took longer than a
+        lease lives. A failed look cancels no other (redis-py commands are never
+        cancelled mid-flight); the first failure is raised once all are done."""
+        gate = asyncio.Semaphore(LOOKS_AT_ONCE)
+
+        async def look(job_id: str) -> None:
+            async with gate:
+                await self._look_at(job_id, now)
+
+        outcomes = await asyncio.gather(*map(look, job_ids), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _expire(self, job_id: str, call_id: str, now: float) -> None:
         result = await self.turns.approvals.decide(
@@ -152,12 +217,24 @@ class Scanner:
             log.warning("could not post the approval card of %s", job_id, exc_info=True)
 
     def _later(self, job_id: str, delay: float) -> None:
-        """Try the job again when its current lease would have expired."""
-        if delay > self.interval_s * 3 or job_id in self._timers:
-            return
+        """Look at the job again when its current lease would have expired: resume it if
+        the lease is gone, or wait for the lease's new expiry if its holder renewed it
+        meanwhile (the holder may die after any renewal)."""
+        if delay > LEASE_TTL_MS / 1000 + LEASE_MARGIN_S or job_id in self._timers:
+            return  # no lease lives that long; an earlier look is already timed
 
         def fire() -> None:
             self._timers.pop(job_id, None)
-            self.schedule(job_id)
+            task = asyncio.create_task(self._look_again(job_id), name=f"look at {job_id}")
+            self._looks.add(task)
+            task.add_done_callback(self._looks.discard)
 
         self._timers[job_id] = asyncio.get_running_loop().call_later(delay, fire)
+
+    async def _look_again(self, job_id: str) -> None:
+        try:
+            await self._look_at(job_id, self.now())
+        except StoreError:
+            log.warning("could not look at job %s: Redis unavailable", job_id, exc_info=True)
+        except Exception:
+            log.exception("looking at job %s failed", job_id)
