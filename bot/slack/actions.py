@@ -10,6 +10,7 @@ workspace's paced ``chat.update`` budget, ahead of progress updates.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -19,8 +20,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.state import StopReason
 from bot.errors import StoreError
-from bot.slack.blockkit import Message
 from bot.slack.blocks import approval_card, decided_card, ending_message, reminder_message
+from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
 from bot.store.approvals import REFUSED_EXPIRED, REFUSED_STALE, ApprovalRecord, refusal_text
@@ -29,6 +30,22 @@ from bot.store.ledger import LedgerRecord
 from bot.turns.runner import Turns
 
 log = logging.getLogger(__name__)
+
+
+_JOB_ID = re.compile(rf"^{JOB_ID}$")
+
+
+def _field(body: dict[str, Any], part: str, name: str) -> str | None:
+    """``body[part][name]`` if it is a non-empty string (payload shapes are not trusted)."""
+    inner = body.get(part)
+    value = inner.get(name) if isinstance(inner, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def valid_job_id(job_id: str) -> bool:
+    """Whether a button's job id has the shape of ours (else it names nothing: looking
+    it up would fail on the key it cannot make)."""
+    return _JOB_ID.match(job_id) is not None
 
 
 def clicker(body: dict[str, Any]) -> tuple[str, str | None]:
@@ -70,15 +87,25 @@ class Interactions:
         )
 
     def edit_card(self, approval: ApprovalRecord) -> None:
+        """Show the decision on its card, in the background (off the click's ack)."""
         if approval.card_ts is None or approval.status == "pending":
             return
+        self.background(self.redo_card(approval), "card")
+
+    async def redo_card(self, approval: ApprovalRecord) -> bool:
+        """Edit a decided card to show its decision and settle the edit it owes (the
+        scanner's hook for an edit a crashed or refused process never made). A decided
+        card is edited at once (decisions are rare and people watch for them); only when
+        Slack refuses (rate limit, outage) through the paced budget, and the edit stays
+        owed until one is known to have landed."""
+        if approval.status == "pending":
+            return False
+        if approval.card_ts is None:  # never posted: no card can be showing buttons
+            await self.turns.approvals.card_edited(approval.job_id, approval.call_id)
+            return True
         at = approval.decided_at or time.time()
         message = decided_card(approval, approval.status, approval.decided_by, at)
-        self.background(self._send_card(approval.channel, approval.card_ts, message), "card")
-
-    async def _send_card(self, channel: str, ts: str, message: Message) -> None:
-        """A decided card is edited at once (decisions are rare and people watch for
-        them); only when Slack refuses (rate limit, outage) through the paced budget."""
+        channel, ts = approval.channel, approval.card_ts
         try:
             await self.client.chat_update(
                 channel=channel, ts=ts, text=message.text, blocks=message.blocks
@@ -86,6 +113,12 @@ class Interactions:
         except Exception:
             log.info("card %s: edit deferred to the paced updates", ts, exc_info=True)
             self.budget.submit(channel, ts, message, urgent=True)
+            return False
+        try:
+            await self.turns.approvals.card_edited(approval.job_id, approval.call_id)
+        except StoreError:
+            log.info("card %s edited; settling it is left to a scan", ts, exc_info=True)
+        return True
 
     async def card_expired(self, approval: ApprovalRecord) -> None:
         self.edit_card(approval)
@@ -102,11 +135,9 @@ class Interactions:
 
     async def _tell(self, body: dict[str, Any], text: str) -> None:
         """An ephemeral note to the clicker (best effort)."""
-        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
-            "channel_id"
-        )
-        user = (body.get("user") or {}).get("id")
-        thread_ts = (body.get("message") or {}).get("thread_ts")
+        channel = _field(body, "channel", "id") or _field(body, "container", "channel_id")
+        user = _field(body, "user", "id")
+        thread_ts = _field(body, "message", "thread_ts")
         if not (channel and user):
             return
         try:
@@ -158,7 +189,8 @@ class Interactions:
     ) -> str | None:
         """Why ``user`` may not decide this card now, or ``None``. The button's value
         only names the approval; everything else is looked up here."""
-        approval = await self.turns.approvals.get(job_id, call_id) if job_id else None
+        valid = valid_job_id(job_id) and call_id
+        approval = await self.turns.approvals.get(job_id, call_id) if valid else None
         if approval is None:
             return "this card is no longer valid"
         if approval.card_ts and message_ts and message_ts != approval.card_ts:
@@ -189,7 +221,7 @@ class Interactions:
         """The clicker of Stop or Continue if they may steer the job the button names
         (its requester or an approver); otherwise they are told why and ``None``."""
         user, team_id = clicker(body)
-        record = await self.turns.jobs.get(job_id) if job_id else None
+        record = await self.turns.jobs.get(job_id) if valid_job_id(job_id) else None
         refusal = (
             "this job no longer exists"
             if record is None

@@ -6,6 +6,11 @@ with ``process_before_response=True``, so the HTTP answer goes out only after th
 write, and a Redis failure becomes a 503 that Slack retries. Duplicates (Slack's
 retries, and a mention that also arrives as a ``message``) are recognised by the
 message's channel and ts, marked only after the message was persisted.
+
+Nothing reaches bolt before ``bot.slack.gate`` has checked it: the body's size (413), its
+signature on the raw bytes (401) and its shape (a signed but malformed payload gets 400 or
+200, never a 5xx); a listener's ``StoreError`` is the one 503. See that module for the
+split.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import httpx
 import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -50,6 +55,7 @@ from bot.slack.blocks import (
     ACTION_STOP,
 )
 from bot.slack.client import ScrubbingWebClient
+from bot.slack.gate import MAX_BODY_BYTES, Answer, Gate, acknowledged, attach, judge
 from bot.slack.policy import ApproverPolicy
 from bot.slack.progress import JobProgress, budget_sender
 from bot.slack.updates import UpdateBudget
@@ -282,6 +288,7 @@ class SlackBot:
             schedule=self._schedule,
             on_expired=self.actions.card_expired,
             on_remind=self.actions.remind,
+            on_card=self.actions.redo_card,
         )
         self.app = AsyncApp(
             client=self.client,
@@ -337,9 +344,13 @@ class SlackBot:
 
     def web_app(self, *, events: bool = True) -> web.Application:
         """The HTTP app: ``/slack/events`` (unless ``events`` is off, for Socket Mode),
-        ``/healthz`` and ``/metrics``."""
-        app = web.Application(client_max_size=1024 * 1024)
+        ``/healthz`` and ``/metrics``. With events, requests pass ``bot.slack.gate``
+        before bolt, and bolt's listener errors become the statuses the gate defines."""
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         if events:
+            assert self.settings.slack_signing_secret is not None  # required for serve
+            self.gate = Gate(self.settings.slack_signing_secret)
+            self.gate.attach(self.app)
             app.router.add_post("/slack/events", self._events)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/metrics", self._metrics)
@@ -347,10 +358,12 @@ class SlackBot:
 
     async def _events(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        bolt_request = await to_bolt_request(request)
-        response = await self.app.async_dispatch(bolt_request)
-        if response.status >= 500:
-            response.status = 503  # Slack retries; nothing was acknowledged
+        admitted = await self.gate.admit(request)
+        if isinstance(admitted, Answer):
+            if admitted.signed:  # Slack's request, answered by the gate
+                self.metrics.ack.observe(time.perf_counter() - started)
+            return admitted.response()
+        response = acknowledged(await self.app.async_dispatch(admitted.request), admitted)
         self.metrics.ack.observe(time.perf_counter() - started)
         return await to_aiohttp_response(response)
 
@@ -480,10 +493,13 @@ class SlackBot:
             log.info("no thread context for %s", thread, exc_info=True)
             return None
         lines = []
+        cutoff = _ts_value(before)
         for message in reply.get("messages") or []:
+            if not isinstance(message, dict):
+                continue
             if message.get("bot_id") or message.get("subtype") not in HUMAN_SUBTYPES:
                 continue
-            if float(message.get("ts", "0")) >= float(before):
+            if cutoff is None or (_ts_value(message.get("ts")) or 0.0) >= cutoff:
                 continue
             text = str(message.get("text") or "").strip()
             if text:
@@ -541,6 +557,14 @@ class SlackBot:
                 log.info("could not react to %s", item.id, exc_info=True)
 
 
+def _ts_value(ts: object) -> float | None:
+    """A Slack ts as a number to compare, or None when it is not one."""
+    try:
+        return float(str(ts))
+    except ValueError:
+        return None
+
+
 def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
     """Run ``opsloop serve`` until interrupted."""
     slack = SlackBot(bot, llm, tools)
@@ -575,6 +599,11 @@ def socket_mode(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None
     request URL: events and clicks arrive over the websocket). SIGTERM or SIGINT closes
     the connection and stops cleanly; unacknowledged envelopes are redelivered by Slack."""
     from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+    from slack_bolt.adapter.socket_mode.async_internals import (
+        run_async_bolt_app,
+        send_async_response,
+    )
+    from slack_bolt.response import BoltResponse
     from slack_sdk.socket_mode.aiohttp import SocketModeClient
     from slack_sdk.socket_mode.request import SocketModeRequest
 
@@ -584,8 +613,22 @@ def socket_mode(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None
         """bolt's handler, with each envelope's time to its ack in ``opsloop_ack_seconds``."""
 
         async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]  # as bolt types it
+            """bolt's ``handle``, with the gate's shape checks first: an envelope our
+            listeners can never act on, or none takes, is acknowledged (one log line)
+            rather than left for Slack to redeliver forever; a listener's ``StoreError``
+            still leaves it unacknowledged, so Slack redelivers it."""
             started = time.perf_counter()
-            await super().handle(client, req)
+            verdict = judge(req.payload)
+            if verdict is not None:
+                status, why = verdict
+                log.warning("socket mode %s envelope: %s; acknowledged", req.type, why)
+                response = BoltResponse(status=200, body="")
+            else:
+                response = await run_async_bolt_app(self.app, req)
+                if response.status == 404:
+                    log.info("socket mode %s envelope: no listener; acknowledged", req.type)
+                    response = BoltResponse(status=200, body="")
+            await send_async_response(client, req, response, started)
             slack.metrics.ack.observe(time.perf_counter() - started)
 
     async def main() -> None:
@@ -594,6 +637,7 @@ def socket_mode(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         await slack.start()
+        attach(slack.app)
         runner = web.AppRunner(slack.web_app(events=False), access_log=None)
         await runner.setup()
         handler = TimedHandler(slack.app, bot.slack_app_token, web_client=slack.client)

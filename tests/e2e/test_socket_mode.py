@@ -185,3 +185,29 @@ async def test_with_redis_down_nothing_is_acked_and_the_redelivery_is_answered(
     again = await socket.send_event(body, retry_attempt=1, retry_reason="timeout", timeout=10)
     assert again is not None
     await slack.wait_for(lambda: "Recovered." in texts(slack, "C1", mentioned["ts"]), timeout=30)
+
+
+async def test_malformed_envelopes_are_acknowledged_not_redelivered_forever(
+    bot: StartBot, slack: FakeSlack, socket: FakeSocketMode, model: ScriptedModel
+) -> None:
+    """Socket Mode has no signatures, but the same shape checks: what our listeners can
+    never act on, or no listener takes, is acknowledged with one log line."""
+    model.policy = steps(Reply(content="Still here."))  # type: ignore[arg-type]
+    serve = await bot(**SOCKET)
+    await socket.wait_connected()
+    good = event(mention("C1", "U1", "still there?"))
+    stop = {"action_id": "opsloop_stop", "value": "not-a-job", "type": "button"}
+    malformed: list[tuple[str, dict[str, Any]]] = [
+        ("events_api", {**good, "event": "a string"}),
+        ("events_api", {**good, "event": ["a", "list"]}),
+        ("events_api", {**good, "authorizations": "nope"}),
+        ("events_api", {**good, "event": {"type": "reaction_added", "user": "U1"}}),
+        ("interactive", {"type": "block_actions", "user": {"id": "U1"}, "actions": "x"}),
+        ("interactive", {"type": "block_actions", "user": {"id": "U1"}, "actions": [stop]}),
+    ]
+    for kind, payload in malformed:
+        assert await socket.send(kind, payload) is not None, payload
+    assert await socket.send_event(good) is not None
+    await slack.wait_for(lambda: answered(slack, good["event"]["ts"], "Still here."), timeout=30)
+    assert len(model.requests) == 1
+    assert "Traceback" not in serve.output()
