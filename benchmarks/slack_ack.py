@@ -45,6 +45,7 @@ from tests.e2e.harness import BotProcess, bot_env, event_body, mention, sign
 
 SECRET = "bench-secret"
 LAG = "opsloop_event_loop_lag_seconds"
+SETTLE_S = 1.0  # after a rate's load: its jobs finish before the CPU is read
 RATES = (20, 50, 100, 150)  # the target is set at 100/s; 150/s shows the headroom
 
 
@@ -201,6 +202,14 @@ def report_profile(path: Path) -> None:
         print(f"  {n / total:6.1%}  {leaf[:110]}")
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """CPU time (user + system) the bot process has used, from ``/proc``."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def main(seconds: float, profiling: bool = False) -> None:
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     bot_cores, other_cores = ({cores[0]}, set(cores[1:])) if len(cores) > 1 else (set(), set())
@@ -227,7 +236,7 @@ async def main(seconds: float, profiling: bool = False) -> None:
                 print(
                     f"{'rate/s':>6} {'sent':>5} {'non-2xx':>7} {'ack p50':>8} {'ack p99':>8}"
                     f" {'bot <50ms':>9} {'bot p99 ≤':>11} {'lag p99 ≤':>10}"
-                    f" {'status p50':>10} {'status p99':>10}  (ms)"
+                    f" {'status p50':>10} {'status p99':>10} {'cpu/event':>9}  (ms)"
                 )
                 for rate in RATES:
                     text = (await http.get(bot.url + "/metrics")).text
@@ -236,9 +245,12 @@ async def main(seconds: float, profiling: bool = False) -> None:
                     spy = None
                     if profiling and rate == 100 and bot.pid is not None:
                         spy = await profile(bot.pid, seconds, Path(tmp) / "profile.txt")
+                    cpu_before = cpu_seconds(bot.pid)
                     acks, bad, firsts = await load(
                         http, bot.url + "/slack/events", slack_url, rate, seconds
                     )
+                    await asyncio.sleep(SETTLE_S)  # the jobs' answers and endings
+                    cpu_ms = (cpu_seconds(bot.pid) - cpu_before) * 1000 / max(len(acks), 1)
                     text = (await http.get(bot.url + "/metrics")).text
                     after = ack_histogram(text)
                     lag = {
@@ -256,6 +268,7 @@ async def main(seconds: float, profiling: bool = False) -> None:
                         f" {pct(acks, 0.99):>8.1f} {fast / total:>9.1%} {bot_p99 * 1000:>11g}"
                         f" {lag_p99 * 1000:>10g}"
                         f" {statistics.median(firsts):>10.1f} {pct(firsts, 0.99):>10.1f}"
+                        f" {cpu_ms:>9.2f}"
                     )
             if profiling and (Path(tmp) / "profile.txt").exists():
                 report_profile(Path(tmp) / "profile.txt")

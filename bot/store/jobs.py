@@ -363,6 +363,12 @@ class Jobs:
         async with translated("job index"):
             await self._redis.zadd(self._keys.active_jobs(), {job_id: when})
 
+    async def index_many(self, when: dict[str, float]) -> None:
+        """``index`` for many jobs in one command."""
+        if when:
+            async with translated("job index"):
+                await self._redis.zadd(self._keys.active_jobs(), when)
+
     async def due(self, now: float, limit: int = 100) -> list[str]:
         """Live jobs the scanner should look at (their next-check time has passed)."""
         async with translated("job due"):

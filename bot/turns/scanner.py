@@ -130,7 +130,12 @@ class Scanner:
         while True:
             page = await self.turns.jobs.due(now, DUE_PAGE)
             fresh = [job_id for job_id in page if job_id not in seen]
-            await self._look_at_all(fresh, now)
+            # Jobs this process is running need no look, only their next one pushed
+            # forward: one command for all of them, not a look each (under load most
+            # due jobs are running here, and a look per job competes with the acks).
+            here = {j: now + self.interval_s for j in fresh if j in self.turns.running}
+            await self.turns.jobs.index_many(here)
+            await self._look_at_all([j for j in fresh if j not in here], now)
             seen.update(fresh)
             if len(page) < DUE_PAGE or not fresh:
                 return
