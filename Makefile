@@ -4,8 +4,9 @@ STAMP := .opsloop/setup.stamp
 
 .PHONY: setup run test lint bench clean
 
-$(STAMP): pyproject.toml scripts/system-deps
+$(STAMP): pyproject.toml scripts/system-deps scripts/mcp-test-servers
 	scripts/system-deps
+	scripts/mcp-test-servers
 	$(PYTHON) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	@mkdir -p $(dir $(STAMP)) && touch $(STAMP)
 
