@@ -45,7 +45,7 @@ from bot.scrub import Scrubber
 from bot.settings import BotSettings, LLMSettings, ToolSettings
 from bot.store.connection import StoreUnavailable, connect, durability, translated
 from tools.packs.supervisor_rpc import SupervisorClient
-from tools.registry import BUILTIN, catalog_from_settings
+from tools.registry import BUILTIN, open_catalog
 
 Mode = Literal["serve", "socket"]
 T = TypeVar("T")
@@ -241,7 +241,7 @@ async def check_models(config: Config, chain: Sequence[ModelSpec]) -> list[Verdi
 async def check_tools(tools: ToolSettings) -> list[Verdict]:
     """The catalogue exactly as ``SlackBot.start`` builds it, counted by source."""
     try:
-        catalog = catalog_from_settings(
+        catalog = await open_catalog(
             pack_names=tools.pack_names,
             pack_config=tools.pack_config(),
             tools_file=tools.tools_file,
@@ -249,14 +249,24 @@ async def check_tools(tools: ToolSettings) -> list[Verdict]:
     except ConfigError as exc:
         return [fail("tools", str(exc))]
     await catalog.aclose()
+    # Each MCP server: connected and its tool count, or why not.
+    servers = [
+        fail(f"mcp {r.name}", r.error)
+        if r.error is not None
+        else ok(f"mcp {r.name}", f"{r.tools} tools")
+        for r in catalog.mcp_reports
+    ]
     if not catalog.tools:
-        return [warn("tools", "no tools: the model can only talk (OPSLOOP_PACKS, OPSLOOP_TOOLS)")]
+        return [
+            warn("tools", "no tools: the model can only talk (OPSLOOP_PACKS, OPSLOOP_TOOLS)"),
+            *servers,
+        ]
     counts = Counter(
         s.partition(":")[2] if s.startswith(f"{BUILTIN}:") else Path(s).name
         for s in catalog.sources.values()
     )
     by_source = ", ".join(f"{source}: {n}" for source, n in counts.items())
-    return [ok("tools", f"{len(catalog.tools)} tools ({by_source})")]
+    return [ok("tools", f"{len(catalog.tools)} tools ({by_source})"), *servers]
 
 
 def check_host(log_dirs: Sequence[str]) -> Verdict:

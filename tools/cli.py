@@ -1,9 +1,11 @@
 """``opsloop tools``: list, check and try tools from the command line.
 
     opsloop tools [list] [--file tools.yml]        name, category, parallel, source
+                                                   (an MCP tool's category says why)
     opsloop tools check FILE                       validate a tools.yml (exit 2 if bad)
     opsloop tools run NAME key=value … [--file F] [--confirmed-by U…] [--yes]
 
+MCP servers in the file are connected for every subcommand (and stopped at the end).
 ``run`` executes one tool locally: read-only tools at once; mutating tools only with
 ``--confirmed-by``; destructive tools show their dry run first and need ``--yes`` too.
 Exit codes: 0 success, 1 the tool reported an error, 2 bad usage or configuration.
@@ -27,9 +29,9 @@ from rich.text import Text
 from bot.agent.observe import to_text
 from bot.agent.tools import CallContext, Tool
 from bot.errors import ConfigError, ToolError
-from bot.settings import load_tool_settings
+from bot.settings import ToolSettings, load_tool_settings
 from tools.packs import PACK_TOOLS
-from tools.registry import Catalog, build_catalog, catalog_from_settings
+from tools.registry import Catalog, build_catalog, connect_mcp, open_catalog
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -54,28 +56,40 @@ def main(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) 
     environ = os.environ if environ is None else environ
     try:
         settings = load_tool_settings()
-        if args.action == "check":
-            # The file alone: built-in packs' names are accepted in allowlists.
-            catalog = build_catalog(tools_file=args.path, environ=environ, external=PACK_TOOLS)
-            console.print(f"{args.path}: {len(catalog.tools)} tools, OK")
-            return EXIT_OK
-        catalog = catalog_from_settings(
-            pack_names=settings.pack_names,
-            pack_config=settings.pack_config(),
-            tools_file=args.file or settings.tools_file,
-            environ=environ,
-        )
-        if args.action in (None, "list"):
-            _list(console, catalog)
-            return EXIT_OK
-        return asyncio.run(_run_and_close(console, catalog, args))
+        return asyncio.run(_main(console, args, settings, environ))
     except ConfigError as exc:
         console.print(Text.assemble(("error: ", "red"), str(exc)), highlight=False)
         return EXIT_USAGE
 
 
-async def _run_and_close(console: Console, catalog: Catalog, args: argparse.Namespace) -> int:
+async def _main(
+    console: Console,
+    args: argparse.Namespace,
+    settings: ToolSettings,
+    environ: Mapping[str, str],
+) -> int:
+    if args.action == "check":
+        # The file alone: built-in packs' names are accepted in allowlists.
+        catalog = build_catalog(tools_file=args.path, environ=environ, external=PACK_TOOLS)
+        try:
+            catalog = await connect_mcp(catalog, environ=environ)
+            for report in catalog.mcp_reports:
+                if report.error is not None:
+                    console.print(Text.assemble(("warning: ", "yellow"), report.error))
+            console.print(f"{args.path}: {len(catalog.tools)} tools, OK")
+            return EXIT_OK
+        finally:
+            await catalog.aclose()
+    catalog = await open_catalog(
+        pack_names=settings.pack_names,
+        pack_config=settings.pack_config(),
+        tools_file=args.file or settings.tools_file,
+        environ=environ,
+    )
     try:
+        if args.action in (None, "list"):
+            _list(console, catalog)
+            return EXIT_OK
         return await _run(console, catalog, args)
     finally:
         await catalog.aclose()
@@ -88,15 +102,19 @@ def _list(console: Console, catalog: Catalog) -> None:
     table = Table("name", "category", "parallel", "timeout", "source", "description")
     for name in sorted(catalog.tools):
         tool = catalog.tools[name]
+        reason = getattr(tool, "category_reason", None)  # MCP tools say why
         table.add_row(
             name,
-            tool.category,
+            f"{tool.category} ({reason})" if reason else tool.category,
             "yes" if tool.parallel else "no",
             f"{tool.timeout:g}s",
             catalog.sources.get(name, ""),
             tool.description.splitlines()[0] if tool.description else "",
         )
     console.print(table)
+    for report in catalog.mcp_reports:
+        if report.error is not None:
+            console.print(Text.assemble(("warning: ", "yellow"), report.error))
 
 
 def parse_params(model: type[BaseModel], pairs: Sequence[str]) -> dict[str, Any]:

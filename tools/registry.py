@@ -4,6 +4,10 @@ A tools.yml tool with a built-in's name replaces it (logged); duplicate names in
 tools.yml are a configuration error (``spec.py``). ``channels`` in tools.yml limits a
 channel to the tools and toolsets it names (a pack name is a toolset too); channels not
 listed get every tool.
+
+MCP servers (``mcp_servers`` in tools.yml) are connected by ``connect_mcp`` (async, after
+the rest of the catalogue is built; ``tools/mcp/``, imported only when servers are
+configured); their tools' source is ``mcp:<server>`` and ``aclose`` stops the servers.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bot.agent.tools import Tool
 from bot.errors import ConfigError
@@ -20,11 +25,15 @@ from tools.command import CommandTool
 from tools.http import HttpFetcher, HttpTool
 from tools.netpolicy import AddressPolicy
 from tools.packs import PackConfig, load_packs
-from tools.spec import CommandToolSpec, HttpToolSpec, ToolsFile, load_tools_file
+from tools.spec import CommandToolSpec, HttpToolSpec, McpServerSpec, ToolsFile, load_tools_file
+
+if TYPE_CHECKING:
+    from tools.mcp.load import ServerReport
 
 log = logging.getLogger(__name__)
 
 BUILTIN = "built-in"
+MCP = "mcp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +45,9 @@ class Catalog:
     toolsets: Mapping[str, Sequence[str]] = field(default_factory=dict)
     channels: Mapping[str, Sequence[str]] = field(default_factory=dict)
     fetcher: HttpFetcher | None = None  # shared by every http tool; closed by ``aclose``
-    closers: Sequence[Callable[[], Awaitable[None]]] = ()  # the packs' clients
+    closers: Sequence[Callable[[], Awaitable[None]]] = ()  # the packs' clients, MCP servers
+    mcp_servers: Sequence[McpServerSpec] = ()  # configured; connected by ``connect_mcp``
+    mcp_reports: Sequence[ServerReport] = ()  # what connecting made of each server
 
     async def aclose(self) -> None:
         if self.fetcher is not None:
@@ -116,14 +127,20 @@ def build_catalog(
     # once packs are enabled are accepted too.
     outside = external or {}
     outside_tools = {t for members in outside.values() for t in members}
+    # MCP tools are known only once their servers answer: their prefix is enough here.
+    prefixes = tuple(f"{server.name}_" for server in parsed.mcp_servers)
+
+    def mcp_named(name: str) -> bool:
+        return bool(prefixes) and name.startswith(prefixes)
+
     for name, members in toolsets.items():
         for member in members:
-            if member not in tools and member not in outside_tools:
+            if member not in tools and member not in outside_tools and not mcp_named(member):
                 raise ConfigError(f"toolset {name!r} names unknown tool {member!r}")
     for channel, names in parsed.channels.items():
         for name in names:
             if name not in tools and name not in toolsets and name not in outside_tools:
-                if name not in outside:
+                if name not in outside and not mcp_named(name):
                     raise ConfigError(f"channels.{channel} names unknown tool or toolset {name!r}")
     return Catalog(
         tools=tools,
@@ -132,6 +149,42 @@ def build_catalog(
         channels=parsed.channels,
         fetcher=fetcher,
         closers=tuple(closers),
+        mcp_servers=tuple(parsed.mcp_servers),
+    )
+
+
+async def connect_mcp(
+    catalog: Catalog,
+    *,
+    environ: Mapping[str, str] | None = None,
+    connect_timeout: float | None = None,
+) -> Catalog:
+    """The catalogue with its MCP servers' tools; ``ConfigError`` on a bad or colliding
+    name (the servers are stopped then). Without servers, the catalogue as it is."""
+    if not catalog.mcp_servers:
+        return catalog
+    try:
+        from tools.mcp.load import connect_servers  # the MCP SDK only when configured
+    except ImportError as exc:
+        where = catalog.mcp_servers[0].where
+        raise ConfigError(
+            f"{where}: mcp_servers need the MCP SDK ({exc.name} is not installed): "
+            "pip install 'opsloop[mcp]'"
+        ) from None
+
+    options = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
+    mcp = await connect_servers(
+        catalog.mcp_servers, existing=catalog.sources, environ=environ, **options
+    )
+    sources = dict(catalog.sources)
+    for name, tool in mcp.tools.items():
+        sources[name] = f"{MCP}:{tool.connection.name}"
+    return replace(
+        catalog,
+        tools={**catalog.tools, **mcp.tools},
+        sources=sources,
+        closers=(*catalog.closers, mcp.aclose),
+        mcp_reports=tuple(mcp.reports),
     )
 
 
@@ -151,3 +204,21 @@ def catalog_from_settings(
         environ=environ,
         http_allow=pack_config.http_allow,
     )
+
+
+async def open_catalog(
+    *,
+    pack_names: Sequence[str],
+    pack_config: PackConfig,
+    tools_file: str | Path | None,
+    environ: Mapping[str, str] | None = None,
+) -> Catalog:
+    """``catalog_from_settings`` with its MCP servers connected; close it with ``aclose``."""
+    catalog = catalog_from_settings(
+        pack_names=pack_names, pack_config=pack_config, tools_file=tools_file, environ=environ
+    )
+    try:
+        return await connect_mcp(catalog, environ=environ)
+    except BaseException:
+        await catalog.aclose()
+        raise

@@ -21,9 +21,18 @@
       diagnostics: [status_api, host_cpu]
     channels:                          # optional per-channel allowlists (default: all)
       C0123: [diagnostics, restart_service]
+    mcp_servers:                       # Model Context Protocol servers (tools/mcp/)
+      - name: k8s                      # ^[a-z][a-z0-9_]{0,19}$; tools offered as k8s_<tool>
+        command: ["kubernetes-mcp-server"]   # stdio (argv, no shell) — or url: (HTTP)
+        env: {KUBECONFIG: "${KUBECONFIG}"}
+        timeout: 30                    # seconds per call
+        trust_annotations: false       # readOnlyHint counts only when true
+        include: [pods_list]           # or exclude: [...]
+        tools: {pods_list: {category: read_only, parallel: true}}
 
 Unknown keys, bad patterns, duplicate names and templates naming missing parameters are
-configuration errors, reported at start-up as ``file:line: tool 'name': problem``.
+configuration errors, reported at start-up as ``file:line: tool 'name': problem``
+(``file:line: mcp server 'name': problem`` for an MCP server entry).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     model_validator,
@@ -184,12 +194,85 @@ ToolFileEntry = Annotated[
 ]
 
 
+MCP_SERVER_NAME = re.compile(r"^[a-z][a-z0-9_]{0,19}$")
+DEFAULT_MCP_TIMEOUT_S = 30.0
+
+
+class McpToolOverride(BaseModel):
+    """The operator's word on one MCP tool; wins over the server's annotations."""
+
+    model_config = _STRICT
+
+    category: Literal["read_only", "mutating", "destructive"] | None = None
+    parallel: bool | None = None
+    description: str | None = None
+    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
+
+
+class McpServerSpec(BaseModel):
+    """One ``mcp_servers`` entry: a stdio ``command`` or a streamable HTTP ``url``."""
+
+    model_config = _STRICT
+
+    name: str
+    command: list[str] | None = Field(None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(DEFAULT_MCP_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    trust_annotations: bool = False
+    tools: dict[str, McpToolOverride] = Field(default_factory=dict)
+    _where: str = PrivateAttr("")  # "file:line" of the entry, set by ``load_tools_file``
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the entry, for errors that come after parsing."""
+        return self._where or "tools.yml"
+
+    @model_validator(mode="after")
+    def _check(self) -> McpServerSpec:
+        if not MCP_SERVER_NAME.match(self.name):
+            raise ValueError(f"name {self.name!r} must match {MCP_SERVER_NAME.pattern}")
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (stdio) or url (streamable HTTP)")
+        if self.command is not None:
+            if self.headers:
+                raise ValueError("headers: only for a url server")
+            if any("\x00" in part for part in self.command):
+                raise ValueError("command: contains a NUL character")
+            from tools.command import check_env  # the env rules live with the runner
+
+            check_env(self.env)
+        else:
+            if self.env or self.cwd is not None:
+                raise ValueError("env and cwd: only for a command server")
+            if not re.match(r"^https?://[^/\s]+", self.url or ""):
+                raise ValueError(f"url: {self.url!r} is not an http(s) URL")
+            for key, value in self.headers.items():
+                from tools.command import parse_env_value
+
+                try:
+                    parse_env_value(value)
+                except ValueError as exc:
+                    raise ValueError(f"headers.{key}: {exc}") from None
+        if self.include is not None and self.exclude is not None:
+            raise ValueError("give include or exclude, not both")
+        for name, override in self.tools.items():
+            if override.parallel and override.category not in (None, "read_only"):
+                raise ValueError(f"tools.{name}: parallel applies to read_only tools only")
+        return self
+
+
 class ToolsFile(BaseModel):
     model_config = _STRICT
 
     tools: list[ToolFileEntry] = Field(default_factory=list)
     toolsets: dict[str, list[str]] = Field(default_factory=dict)
     channels: dict[str, list[str]] = Field(default_factory=dict)
+    mcp_servers: list[McpServerSpec] = Field(default_factory=list)
 
 
 def template_fields(text: str) -> list[str]:
@@ -247,9 +330,9 @@ def _line_of(node: yaml.Node | None, loc: Iterable[int | str]) -> int | None:
     return line
 
 
-def _tool_name(data: Any, index: int) -> str | None:
+def _tool_name(data: Any, index: int, group: str = "tools") -> str | None:
     try:
-        name = data["tools"][index]["name"]
+        name = data[group][index]["name"]
     except (KeyError, IndexError, TypeError):
         return None
     return str(name)
@@ -298,6 +381,9 @@ def _describe(path: Path, root: yaml.Node | None, data: Any, exc: ValidationErro
     if len(clean) >= 2 and clean[0] == "tools" and isinstance(clean[1], int):
         name = _tool_name(data, clean[1])
         tool = f" tool {name!r}:" if name else f" tool #{clean[1] + 1}:"
+    elif len(clean) >= 2 and clean[0] == "mcp_servers" and isinstance(clean[1], int):
+        name = _tool_name(data, clean[1], "mcp_servers")
+        tool = f" mcp server {name!r}:" if name else f" mcp server #{clean[1] + 1}:"
     field = ".".join(str(p) for p in clean[2:]) if tool else ".".join(str(p) for p in clean)
     if error["type"] == "extra_forbidden":
         message = "unknown key"
@@ -315,6 +401,16 @@ def _check_names(path: Path, root: yaml.Node | None, parsed: ToolsFile) -> None:
                 f"(first defined as tool #{seen[tool.name] + 1})"
             )
         seen[tool.name] = index
+    servers: dict[str, int] = {}
+    for index, server in enumerate(parsed.mcp_servers):
+        line = _line_of(root, ["mcp_servers", index, "name"])
+        if server.name in servers:
+            raise ConfigError(
+                f"{path}:{line}: mcp server {server.name!r}: duplicate name "
+                f"(first defined as mcp server #{servers[server.name] + 1})"
+            )
+        servers[server.name] = index
+        server._where = f"{path}:{line}"
     for group in ("toolsets", "channels"):
         entries: dict[str, list[str]] = getattr(parsed, group)
         for key, names in entries.items():

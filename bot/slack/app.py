@@ -66,7 +66,7 @@ from bot.store.jobs import JobLimits, JobRecord
 from bot.store.keys import Keys, Thread
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import Scanner
-from tools.registry import catalog_from_settings
+from tools.registry import open_catalog
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ class SlackBot:
         self.http: httpx.AsyncClient = make_http_client(self.llm_settings)
         resolver = build_chain(self.llm_settings, self.http)
         prompt = load_system_prompt(settings.system_prompt_file)
-        self.catalog = catalog_from_settings(
+        self.catalog = await open_catalog(  # MCP servers connected, when configured
             pack_names=self.tool_settings.pack_names,
             pack_config=self.tool_settings.pack_config(),
             tools_file=self.tool_settings.tools_file,
