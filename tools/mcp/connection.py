@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -108,13 +107,11 @@ class McpConnection:
         *,
         environ: Mapping[str, str] | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_S,
-        errlog: Any = None,
     ) -> None:
         self.spec = spec
         self.name = spec.name
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._connect_timeout = connect_timeout
-        self._errlog = errlog if errlog is not None else sys.stderr
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -134,7 +131,7 @@ class McpConnection:
                 spec.command,
                 env=child_environment(spec, self._environ),
                 cwd=spec.cwd,
-                errlog=self._errlog,
+                name=spec.name,
             )
         assert spec.url is not None
         headers = {

@@ -4,7 +4,10 @@ Ours rather than the SDK's ``stdio_client`` for two reasons the SDK's does not c
 the child's whole process group is killed at the end even when the server itself exited
 cleanly (a server that started helpers would otherwise leave them orphaned), and each
 line the server writes is bounded (``MAX_LINE_BYTES``), so a server that writes without
-newlines cannot grow our memory without end. Everything else follows the SDK: one
+newlines cannot grow our memory without end; and its stderr is read line by line into
+our log (``MAX_STDERR_LINE`` chars a line, ``MAX_STDERR_LINES`` lines a connection), so it
+passes the log scrubber like every log line rather than reaching the bot's stderr raw.
+Everything else follows the SDK: one
 JSON-RPC message per line, a line that is not one is handed to the session as an
 exception (it logs it and carries on), and stopping is stdin closed, then SIGTERM, then
 SIGKILL, each step bounded.
@@ -16,8 +19,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 import anyio
 import mcp_types
@@ -32,6 +35,8 @@ STDIN_GRACE_S = 2.0  # for the server to exit on its own once its stdin is close
 TERM_GRACE_S = 2.0  # between SIGTERM and SIGKILL
 REAP_S = 2.0
 _POLL_S = 0.01  # how often the exit of the child is looked at while stopping it
+MAX_STDERR_LINE = 500  # characters of one stderr line kept in the log
+MAX_STDERR_LINES = 1000  # stderr lines logged per connection; the rest are counted
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
@@ -82,11 +87,12 @@ async def _stop(process: Process) -> None:
 
 @contextlib.asynccontextmanager
 async def stdio_transport(
-    argv: Sequence[str], *, env: dict[str, str], cwd: str | None, errlog: Any
+    argv: Sequence[str], *, env: dict[str, str], cwd: str | None, name: str
 ) -> AsyncIterator[TransportStreams]:
-    """Start ``argv`` and speak MCP over its stdin/stdout; stop its group on exit."""
+    """Start ``argv`` (the server ``name``) and speak MCP over its stdin/stdout; stop its
+    group on exit."""
     process = await anyio.open_process(
-        list(argv), env=env, cwd=cwd, stderr=errlog, start_new_session=True
+        list(argv), env=env, cwd=cwd, stderr=subprocess.PIPE, start_new_session=True
     )
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
@@ -113,6 +119,30 @@ async def stdio_transport(
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
 
+    async def errors() -> None:
+        assert process.stderr is not None
+        buffer = bytearray()
+        logged = dropped = 0
+        try:
+            async for chunk in process.stderr:
+                buffer.extend(chunk)
+                while (end := buffer.find(b"\n")) >= 0 or len(buffer) > MAX_STDERR_LINE * 4:
+                    cut = end if end >= 0 else MAX_STDERR_LINE * 4
+                    line = bytes(buffer[:cut]).decode("utf-8", "replace").strip()
+                    del buffer[: cut + 1]
+                    if not line:
+                        continue
+                    if logged < MAX_STDERR_LINES:
+                        logged += 1
+                        log.info("mcp server '%s' stderr: %s", name, line[:MAX_STDERR_LINE])
+                    else:
+                        dropped += 1
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+        finally:
+            if dropped:
+                log.info("mcp server '%s': %d more stderr lines not logged", name, dropped)
+
     async def writer() -> None:
         assert process.stdin is not None
         try:
@@ -125,6 +155,7 @@ async def stdio_transport(
 
     async with anyio.create_task_group() as group:
         group.start_soon(reader)
+        group.start_soon(errors)
         group.start_soon(writer)
         try:
             yield read_receive, write_send

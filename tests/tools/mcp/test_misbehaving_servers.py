@@ -108,7 +108,7 @@ async def test_the_transport_bounds_lines_and_passes_garbage_on(
     env = {"PATH": os.environ["PATH"]}
     async with asyncio.timeout(WAIT_S):
         async with stdio.stdio_transport(
-            [sys.executable, "-c", script], env=env, cwd=None, errlog=sys.stderr
+            [sys.executable, "-c", script], env=env, cwd=None, name="garbage"
         ) as (read, _write):
             received = [item async for item in read]
     assert isinstance(received[0], Exception)
