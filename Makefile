@@ -29,6 +29,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/llm_client.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/store.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/tool_runs.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/mcp_tools.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/redact.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/slack_ack.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_host_http.py
