@@ -164,7 +164,11 @@ async def connect_mcp(
     if not catalog.mcp_servers:
         return catalog
     try:
-        from tools.mcp.load import connect_servers  # the MCP SDK only when configured
+        from tools.mcp.load import (  # the MCP SDK only when configured
+            LiveSources,
+            LiveTools,
+            connect_servers,
+        )
     except ImportError as exc:
         where = catalog.mcp_servers[0].where
         raise ConfigError(
@@ -176,13 +180,11 @@ async def connect_mcp(
     mcp = await connect_servers(
         catalog.mcp_servers, existing=catalog.sources, environ=environ, **options
     )
-    sources = dict(catalog.sources)
-    for name, tool in mcp.tools.items():
-        sources[name] = f"{MCP}:{tool.connection.name}"
+    # Views: a server's list_changed replaces ``mcp.tools``; jobs read it when they start.
     return replace(
         catalog,
-        tools={**catalog.tools, **mcp.tools},
-        sources=sources,
+        tools=LiveTools(catalog.tools, mcp),
+        sources=LiveSources(catalog.sources, mcp),
         closers=(*catalog.closers, mcp.aclose),
         mcp_reports=tuple(mcp.reports),
     )

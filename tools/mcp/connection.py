@@ -10,9 +10,15 @@ stdio servers are started by ``stdio.py`` in their own session (process group) w
 the environment built here: ``PATH``, ``HOME``, ``LANG`` as for command tools plus the
 entry's ``env`` (``${NAME}`` expanded from the bot's environment), nothing else.
 Closing stops the child and its group (stdin closed, SIGTERM, SIGKILL, all bounded).
-A connection that broke is reconnected by the next call; consecutive failures to
-connect wait ``1, 2, 4 … MAX_BACKOFF_S`` seconds between attempts, and a call that
-comes before the next attempt is due is answered at once with the reason.
+A connection that broke is reconnected by the next call; consecutive failures wait
+``1, 2, 4 … MAX_BACKOFF_S`` seconds between attempts, and a call that comes before the
+next attempt is due is answered at once with the reason. A failure is a failed connect,
+or a connection that ended unexpectedly less than ``HEALTHY_S`` after it started (a
+server that crashes on every call): the first such end is restarted at once (a server
+killed once comes back with the next call), each further one in a row waits its step, so
+a crash-looping server costs at most one restart per step. A connection that lived
+``HEALTHY_S`` or longer resets the count when it ends. ``now`` (monotonic seconds) is
+injectable for tests.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -30,6 +37,7 @@ import httpx2
 import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
@@ -42,9 +50,11 @@ from tools.spec import McpServerSpec
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 20.0  # start + initialize + the first tools/list
+LISTEN_TIMEOUT_S = 5.0  # for the server to acknowledge our tool change subscription
 CLOSE_TIMEOUT_S = 10.0  # the SDK's own stop is bounded (about 6 s); this is a backstop
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
+HEALTHY_S = 10.0  # a connection that ends sooner than this counts as a failure
 MAX_LIST_PAGES = 20
 MAX_TOOLS = 500
 MAX_REASON_CHARS = 300
@@ -107,11 +117,13 @@ class McpConnection:
         *,
         environ: Mapping[str, str] | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_S,
+        now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spec = spec
         self.name = spec.name
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._connect_timeout = connect_timeout
+        self._now = now
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -119,7 +131,10 @@ class McpConnection:
         self._failures = 0
         self._next_attempt = 0.0
         self._down_reason: str | None = None
+        self._started_at = 0.0  # when the current connection was established
+        self._live: asyncio.Event | None = None  # its stop event, until its end is counted
         self._closed = False
+        self.on_tools_changed: Callable[[], None] | None = None  # list_changed arrived
         self.starts = 0  # how many times a connection was established
 
     # -- connecting -----------------------------------------------------------------
@@ -145,26 +160,68 @@ class McpConnection:
         try:
             closed = asyncio.Event()
             transport = _watched(self._transport(), closed)
-            client = Client(transport, mode="auto", client_info=CLIENT_INFO, cache=None)
+            client = Client(
+                transport,
+                mode="auto",
+                client_info=CLIENT_INFO,
+                cache=None,
+                message_handler=self._message,
+            )
             async with client:
                 if not ready.done():
                     ready.set_result(client)
-                await _first(stop, closed)
+                async with contextlib.AsyncExitStack() as stack:
+                    drain = await self._subscribe(client, stack)
+                    try:
+                        await _first(stop, closed)
+                    finally:
+                        if drain is not None:
+                            drain.cancel()
                 if not stop.is_set():
                     # The server went away between calls: the next call starts it again.
                     self._down_reason = "the server closed the connection"
                     log.warning("mcp server %r: %s", self.name, self._down_reason)
+                    self._ended(stop)
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else McpDown("stopped"))
             elif not stop.is_set():
                 self._down_reason = _reason(exc)
                 log.warning("mcp server %r: connection lost: %s", self.name, self._down_reason)
+                self._ended(stop)
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
             if self._stop is stop:
                 self._client = None
+
+    async def _subscribe(
+        self, client: Client, stack: contextlib.AsyncExitStack
+    ) -> asyncio.Task[None] | None:
+        """At protocol 2026-07-28 a server's change events come only to a
+        ``subscriptions/listen`` stream: open one for tool changes (the SDK tees each event
+        to ``_message`` as a ``ToolListChangedNotification``) and drain it. Older
+        versions send the notification unasked."""
+        try:
+            async with asyncio.timeout(LISTEN_TIMEOUT_S):
+                sub = await stack.enter_async_context(client.listen(tools_list_changed=True))
+        except ListenNotSupportedError:
+            return None
+        except Exception as exc:
+            log.info("mcp server %r: no tool change events: %s", self.name, _reason(exc))
+            return None
+
+        async def drain() -> None:
+            with contextlib.suppress(Exception):
+                async for _ in sub:
+                    pass
+
+        return asyncio.create_task(drain(), name=f"mcp-listen:{self.name}")
+
+    async def _message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            if self.on_tools_changed is not None:
+                self.on_tools_changed()
 
     async def _connect(self) -> Client:
         stop = asyncio.Event()
@@ -187,6 +244,7 @@ class McpConnection:
                 raise McpDown(f"mcp server {self.name!r} could not start: {_reason(exc)}") from None
             raise
         self._client = client
+        self._started_at, self._live = self._now(), stop
         self.starts += 1
         return client
 
@@ -195,23 +253,33 @@ class McpConnection:
         async with self._lock:
             client = await self._connect()
             try:
-                async with asyncio.timeout(self._connect_timeout):
-                    tools: list[mcp_types.Tool] = []
-                    cursor: str | None = None
-                    for _ in range(MAX_LIST_PAGES):
-                        page = await client.list_tools(cursor=cursor)
-                        tools.extend(page.tools)
-                        cursor = page.next_cursor
-                        if cursor is None or len(tools) >= MAX_TOOLS:
-                            break
-            except Exception as exc:
+                return await self._list(client)
+            except McpDown:
                 await self._drop()
-                raise McpDown(
-                    f"mcp server {self.name!r} could not list its tools: {_reason(exc)}"
-                ) from None
-            if len(tools) > MAX_TOOLS:
-                log.warning("mcp server %r: only the first %d tools are used", self.name, MAX_TOOLS)
-            return tools[:MAX_TOOLS]
+                raise
+
+    async def relist(self) -> list[mcp_types.Tool]:
+        """The server's tools listed again (after ``list_changed``); ``McpDown``."""
+        return await self._list(await self._ensure())
+
+    async def _list(self, client: Client) -> list[mcp_types.Tool]:
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                tools: list[mcp_types.Tool] = []
+                cursor: str | None = None
+                for _ in range(MAX_LIST_PAGES):
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if cursor is None or len(tools) >= MAX_TOOLS:
+                        break
+        except Exception as exc:
+            raise McpDown(
+                f"mcp server {self.name!r} could not list its tools: {_reason(exc)}"
+            ) from None
+        if len(tools) > MAX_TOOLS:
+            log.warning("mcp server %r: only the first %d tools are used", self.name, MAX_TOOLS)
+        return tools[:MAX_TOOLS]
 
     async def _ensure(self) -> Client:
         """The live client, reconnecting (with backoff) if the last one broke."""
@@ -222,24 +290,50 @@ class McpConnection:
         async with self._lock:
             if self._client is not None and self._owner is not None and not self._owner.done():
                 return self._client
-            now = time.monotonic()
+            now = self._now()
             if now < self._next_attempt:
                 raise McpDown(
-                    f"mcp server {self.name!r} is down ({self._down_reason or 'not connected'});"
-                    f" next restart attempt in {self._next_attempt - now:.0f}s"
+                    f"mcp server {self.name!r} is restarting after repeated failures "
+                    f"({self._down_reason or 'not connected'}); next attempt in "
+                    f"{max(1, math.ceil(self._next_attempt - now))}s"
                 )
             await self._drop()
             try:
                 client = await self._connect()
             except McpDown as exc:
                 self._failures += 1
-                backoff = min(FIRST_BACKOFF_S * 2 ** (self._failures - 1), MAX_BACKOFF_S)
-                self._next_attempt = time.monotonic() + backoff
+                self._next_attempt = self._now() + _backoff(self._failures)
                 self._down_reason = str(exc).removeprefix(f"mcp server {self.name!r} ")
                 raise
+            # The count is reset only by a connection that proves healthy (``_ended``).
             log.info("mcp server %r: reconnected", self.name)
-            self._failures, self._down_reason = 0, None
+            self._down_reason = None
             return client
+
+    def _ended(self, stop: asyncio.Event | None) -> None:
+        """The connection of ``stop`` ended unexpectedly: once per connection, a failure
+        for the backoff if it was short-lived, else the end of a healthy one."""
+        if stop is None or self._live is not stop:
+            return
+        self._live = None
+        now = self._now()
+        lived = now - self._started_at
+        if lived >= HEALTHY_S:
+            self._failures, self._next_attempt = 0, 0.0
+            return
+        self._failures += 1
+        # The first short-lived end is restarted at once; each further one waits its step.
+        wait = _backoff(self._failures - 1) if self._failures > 1 else 0.0
+        self._next_attempt = now + wait
+        if wait:
+            log.warning(
+                "mcp server %r: ended %.1fs after it started (%d times in a row); "
+                "next restart attempt in %gs",
+                self.name,
+                lived,
+                self._failures,
+                wait,
+            )
 
     async def ended(self) -> None:
         """Until the current connection ends (the server went away, or ``aclose``)."""
@@ -262,6 +356,7 @@ class McpConnection:
         result."""
         timeout = time_limit
         client = await self._ensure()
+        stop = self._stop  # this connection's, for counting its end
         try:
             async with asyncio.timeout(timeout):
                 return await client.call_tool(
@@ -275,7 +370,7 @@ class McpConnection:
             raise McpDown(f"mcp server {self.name!r} did not answer within {timeout:g}s") from None
         except MCPError as exc:
             if exc.code == mcp_types.CONNECTION_CLOSED:
-                await self._lost("closed the connection")
+                await self._lost("closed the connection", stop)
                 raise McpDown(
                     f"mcp server {self.name!r} closed the connection during the call"
                 ) from None
@@ -287,11 +382,12 @@ class McpConnection:
         except (ValidationError, ValueError) as exc:
             raise McpDown(f"mcp server {self.name!r} {_reason(exc)}") from None
         except (OSError, httpx2.HTTPError, ExceptionGroup) as exc:
-            await self._lost(_reason(exc))
+            await self._lost(_reason(exc), stop)
             raise McpDown(f"mcp server {self.name!r} is unreachable: {_reason(exc)}") from None
 
-    async def _lost(self, reason: str) -> None:
+    async def _lost(self, reason: str, stop: asyncio.Event | None) -> None:
         self._down_reason = reason
+        self._ended(stop)
         async with self._lock:
             await self._drop()
 
@@ -317,6 +413,11 @@ class McpConnection:
         """Stop the server (a stdio child and its group) and refuse further calls."""
         self._closed = True
         await self._drop()
+
+
+def _backoff(failures: int) -> float:
+    """The wait after ``failures`` (≥ 1) failures in a row: 1, 2, 4 … MAX_BACKOFF_S."""
+    return min(FIRST_BACKOFF_S * float(2 ** min(failures - 1, 30)), MAX_BACKOFF_S)
 
 
 async def _first(*events: asyncio.Event) -> None:

@@ -6,17 +6,26 @@ check`` reports it too) and the bot starts without it. What the operator must fi
 ``ConfigError``: an offered name that is not a valid tool name, or one that collides
 with another tool (MCP, pack or tools.yml), naming both. A tool whose schema cannot be
 made acceptable is skipped with a warning.
+
+``notifications/tools/list_changed`` makes ``McpTools`` list that server's tools again,
+at most once per ``RELIST_EVERY_S`` (a storm of notifications is one more listing), and
+replace its ``tools`` mapping at once with the new one: unchanged tools keep their
+objects, a new name that is invalid or collides is logged and skipped. A job reads the
+catalogue once when it starts (``Catalog.for_channel``), so its tools block never
+changes; jobs that start afterwards get the new listing (``LiveTools``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import mcp_types
 
+from bot.agent.tools import Tool
 from bot.errors import ConfigError
 from tools.mcp.connection import CONNECT_TIMEOUT_S, McpConnection, McpDown
 from tools.mcp.schema import (
@@ -32,6 +41,8 @@ from tools.spec import McpServerSpec
 
 log = logging.getLogger(__name__)
 
+RELIST_EVERY_S = 5.0  # at most one listing per server this often after list_changed
+
 
 @dataclass(slots=True)
 class ServerReport:
@@ -46,13 +57,123 @@ class ServerReport:
 class McpTools:
     """The MCP tools of a catalogue and the connections that serve them."""
 
-    tools: dict[str, McpTool] = field(default_factory=dict)
+    tools: dict[str, McpTool] = field(default_factory=dict)  # replaced whole, never edited
     connections: list[McpConnection] = field(default_factory=list)
     reports: list[ServerReport] = field(default_factory=list)
+    existing: Mapping[str, str] = field(default_factory=dict)  # the catalogue's other tools
+    relist_every: float = RELIST_EVERY_S
+    now: Callable[[], float] = time.monotonic
+    relists: int = 0  # listings done after list_changed
+    relisted: asyncio.Event = field(default_factory=asyncio.Event)  # set after each one
+    _listed: dict[str, mcp_types.Tool] = field(default_factory=dict)  # what built each tool
+    _pending: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _dirty: set[str] = field(default_factory=set)
+    _last: dict[str, float] = field(default_factory=dict)
+
+    def watch(self, spec: McpServerSpec, connection: McpConnection) -> None:
+        """List ``connection``'s tools again when it says they changed."""
+        connection.on_tools_changed = lambda: self._changed(spec, connection)
+
+    def _changed(self, spec: McpServerSpec, connection: McpConnection) -> None:
+        self._dirty.add(spec.name)
+        task = self._pending.get(spec.name)
+        if task is None or task.done():
+            self._pending[spec.name] = asyncio.create_task(
+                self._relist(spec, connection), name=f"mcp-relist:{spec.name}"
+            )
+
+    async def _relist(self, spec: McpServerSpec, connection: McpConnection) -> None:
+        while spec.name in self._dirty:
+            last = self._last.get(spec.name)
+            if last is not None and (wait := last + self.relist_every - self.now()) > 0:
+                await asyncio.sleep(wait)
+            self._dirty.discard(spec.name)
+            self._last[spec.name] = self.now()
+            try:
+                listed = await connection.relist()
+            except McpDown as exc:
+                log.warning("%s: tools not listed again after list_changed: %s", spec.where, exc)
+            else:
+                self._apply(spec, connection, listed)
+            self.relists += 1
+            self.relisted.set()
+
+    def _apply(
+        self, spec: McpServerSpec, connection: McpConnection, listed: Sequence[mcp_types.Tool]
+    ) -> None:
+        others = {n: t for n, t in self.tools.items() if t.connection is not connection}
+        mine: dict[str, McpTool] = {}
+        by_name = {remote.name: remote for remote in listed}
+        for tool in build_tools(spec, listed, connection, strict=False):
+            if tool.name in others or tool.name in self.existing:
+                log.warning(
+                    "%s: mcp server %r: its new tool %s would be offered as %r, which is "
+                    "already taken; skipped",
+                    spec.where,
+                    spec.name,
+                    shown_name(tool.remote_name),
+                    tool.name,
+                )
+                continue
+            remote = by_name[tool.remote_name]
+            old = self.tools.get(tool.name)
+            if old is not None and old.connection is connection:
+                if self._listed.get(tool.name) == remote:
+                    tool = old  # unchanged: the same object
+            self._listed[tool.name] = remote
+            mine[tool.name] = tool
+        before = {n for n, t in self.tools.items() if t.connection is connection}
+        self.tools = {**others, **mine}  # one assignment: a reader sees old or new
+        for name in before - set(mine):
+            self._listed.pop(name, None)
+        log.info(
+            "mcp server %r: tools listed again: %d (%d added, %d gone)",
+            spec.name,
+            len(mine),
+            len(set(mine) - before),
+            len(before - set(mine)),
+        )
 
     async def aclose(self) -> None:
         """Stop every server (concurrently; each stop is bounded)."""
+        for task in self._pending.values():
+            task.cancel()
+        await asyncio.gather(*self._pending.values(), return_exceptions=True)
         await asyncio.gather(*(c.aclose() for c in self.connections), return_exceptions=True)
+
+
+class LiveTools(Mapping[str, Tool]):
+    """The catalogue's tools: ``base`` plus whatever ``mcp.tools`` is now."""
+
+    def __init__(self, base: Mapping[str, Tool], mcp: McpTools) -> None:
+        self._base, self._mcp = base, mcp
+
+    def __getitem__(self, name: str) -> Tool:
+        tool = self._mcp.tools.get(name)
+        return tool if tool is not None else self._base[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self._base, **self._mcp.tools})
+
+    def __len__(self) -> int:
+        return len({**self._base, **self._mcp.tools})
+
+
+class LiveSources(Mapping[str, str]):
+    """The catalogue's sources: ``base`` plus ``mcp:<server>`` for what ``mcp`` offers now."""
+
+    def __init__(self, base: Mapping[str, str], mcp: McpTools) -> None:
+        self._base, self._mcp = base, mcp
+
+    def __getitem__(self, name: str) -> str:
+        tool = self._mcp.tools.get(name)
+        return f"mcp:{tool.connection.name}" if tool is not None else self._base[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self._base, **self._mcp.tools})
+
+    def __len__(self) -> int:
+        return len({**self._base, **self._mcp.tools})
 
 
 def _chosen(spec: McpServerSpec, remote: str) -> bool:
@@ -62,9 +183,14 @@ def _chosen(spec: McpServerSpec, remote: str) -> bool:
 
 
 def build_tools(
-    spec: McpServerSpec, listed: Sequence[mcp_types.Tool], connection: McpConnection
+    spec: McpServerSpec,
+    listed: Sequence[mcp_types.Tool],
+    connection: McpConnection,
+    *,
+    strict: bool = True,
 ) -> list[McpTool]:
-    """The tools of one server from its listing; ``ConfigError`` for a bad name."""
+    """The tools of one server from its listing; ``ConfigError`` for a bad name
+    (``strict``; else logged and skipped)."""
     built: list[McpTool] = []
     seen: set[str] = set()
     for remote in listed:
@@ -73,11 +199,15 @@ def build_tools(
         seen.add(remote.name)
         name = offered_name(spec.name, remote.name)
         if name is None:
-            raise ConfigError(
+            problem = (
                 f"{spec.where}: mcp server {spec.name!r}: its tool {shown_name(remote.name)} "
                 f"cannot be offered as {shown_name(spec.name + '_' + remote.name)} (at most 64 "
                 "characters of letters, digits, '_' or '-'); leave it out with exclude:"
             )
+            if strict:
+                raise ConfigError(problem)
+            log.warning("%s; skipped", problem)
+            continue
         try:
             model = arguments_model(name, remote.input_schema)
         except SchemaProblem as exc:
@@ -102,7 +232,7 @@ def build_tools(
                 timeout=timeout,
             )
         )
-    for remote_name in spec.tools:
+    for remote_name in spec.tools if strict else ():
         if remote_name not in seen:
             log.warning("mcp server %r: tools.%s names no tool it offers", spec.name, remote_name)
     return built
@@ -132,7 +262,7 @@ async def connect_servers(
     """Connect every server and build its tools; ``existing`` maps the names of the
     catalogue's other tools to their source, for the collision check."""
     started = await asyncio.gather(*(_start(s, environ, connect_timeout) for s in specs))
-    result = McpTools(connections=[c for c, _ in started])
+    result = McpTools(connections=[c for c, _ in started], existing=existing)
     try:
         for spec, (connection, listed) in zip(specs, started, strict=True):
             if isinstance(listed, McpDown):
@@ -154,6 +284,8 @@ async def connect_servers(
                         f"which is already the name of {first}"
                     )
                 result.tools[tool.name] = tool
+                result._listed[tool.name] = next(r for r in listed if r.name == tool.remote_name)
+            result.watch(spec, connection)
             result.reports.append(ServerReport(spec.name, tools=len(tools)))
             log.info("mcp server %r: %d tools", spec.name, len(tools))
     except BaseException:
