@@ -19,7 +19,7 @@ import re
 from bot.llm.wire import dumps
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")  # half of a pair, or a lone one
 
 
 def clean(text: str) -> str:
@@ -39,7 +39,7 @@ def clean_arguments(text: str) -> str:
     pairs, or that is not JSON, is kept as it is).
     """
     text = clean(text)
-    if _ESCAPED_SURROGATE.search(text) is None:
+    if ESCAPED_SURROGATE.search(text) is None:
         return text
     try:
         written = dumps(json.loads(text))

@@ -50,11 +50,7 @@ def valid_job_id(job_id: str) -> bool:
 
 def clicker(body: dict[str, Any]) -> tuple[str, str | None]:
     """The clicking user's id and team, from the signed payload only."""
-    user = body.get("user")
-    if not isinstance(user, dict):
-        return "", None
-    team = user.get("team_id")
-    return str(user.get("id") or ""), team if isinstance(team, str) and team else None
+    return _field(body, "user", "id") or "", _field(body, "user", "team_id")
 
 
 @dataclass

@@ -65,6 +65,7 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.signature import Clock, SignatureVerifier
 
 from bot.errors import StoreError
+from bot.llm.surrogates import ESCAPED_SURROGATE
 from bot.slack.inbound import envelope, listener_problem, problems
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,6 @@ SIGNATURE_HEADER = "x-slack-signature"
 NO_RETRY = {"X-Slack-No-Retry": "1"}
 JSON_TYPE = "application/json"
 _TIMESTAMP = re.compile(r"[0-9]{1,20}")
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # half of a pair, or a lone one
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +223,7 @@ def _json(text: str, what: str) -> object:
         raise ValueError(f"{what} is nested too deeply") from None
     # json.loads turns an escaped lone surrogate ("\ud800") into a str that cannot be
     # encoded (Redis, Slack and the logs all need UTF-8); Slack never sends one.
-    if _SURROGATE_ESCAPE.search(text):
+    if ESCAPED_SURROGATE.search(text):
         try:
             json.dumps(found, ensure_ascii=False).encode()
         except UnicodeEncodeError:

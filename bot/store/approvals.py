@@ -407,9 +407,13 @@ class Approvals:
 
     async def card_edited(self, job_id: str, call_id: str) -> None:
         """The decided card shows its decision: nothing is owed any more."""
-        async with translated("approval card edited"):
-            await self._redis.hdel(self._keys.approval(job_id, call_id), "card_owed")
-            await self._redis.zrem(self._keys.card_edits(), index_member(job_id, call_id))
+        async with (
+            translated("approval card edited"),
+            self._redis.pipeline(transaction=False) as pipe,
+        ):
+            pipe.hdel(self._keys.approval(job_id, call_id), "card_owed")
+            pipe.zrem(self._keys.card_edits(), index_member(job_id, call_id))
+            await pipe.execute()
 
     async def _reindex(self, record: ApprovalRecord) -> None:
         """Make the index agree with a record found by a repeated ``create``."""
