@@ -23,12 +23,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from bot.agent.config import AgentConfig
-from bot.agent.events import Event, ToolEnd, ToolStart
+from bot.agent.events import Event, ToolEnd, ToolProgress, ToolStart
 from bot.agent.guard import Aborted, AbortKind, guarded
 from bot.agent.messages import ToolCall, parse_arguments
 from bot.agent.observe import ERROR_PREFIX, summary_line, to_text, truncation_note
 from bot.agent.ports import Approved, ConfirmRequest, Decision, Denied, Pending
-from bot.agent.redact import redact_secrets_in_turns
+from bot.agent.redact import redact_secrets, redact_secrets_in_turns
 from bot.agent.state import PendingApproval, RunState
 from bot.agent.tools import (
     CONFIRMED_BY,
@@ -36,6 +36,7 @@ from bot.agent.tools import (
     Previewable,
     Tool,
     canonical_json,
+    has_dry_run,
     needs_confirm,
     runs_in_parallel,
 )
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 MAX_ARGUMENT_CHARS = 100_000
 APPROVER = "<approver>"  # ``confirmed_by`` in a preview, before anyone approved
 MAX_ERROR_DETAILS = 10
+PROGRESS_SCAN_CHARS = 1000  # of a progress message, read before it is cut to one line
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,7 +223,7 @@ class CallRunner:
         if approval is not None and (approval.tool != tool.name or approval.args_hash != digest):
             approval, decision = None, None  # a different call: ask afresh
         dry_run_output = approval.dry_run_output if approval is not None else None
-        if tool.category == "destructive" and approval is None:
+        if tool.category == "destructive" and approval is None and has_dry_run(tool):
             dry = await self._execute(tool, model, call, canonical, confirmed_by=None, dry_run=True)
             if dry.abort is not None:
                 return dry
@@ -325,11 +327,19 @@ class CallRunner:
     ) -> Outcome:
         if confirmed_by is not None and CONFIRMED_BY in type(model).model_fields:
             model = model.model_copy(update={CONFIRMED_BY: confirmed_by})
+
+        def progress(message: str) -> None:
+            # A tool's own words (an MCP server's): one line, bounded, scrubbed.
+            line = summary_line(redact_secrets(to_text(message[:PROGRESS_SCAN_CHARS])))
+            if line:
+                self._emit(ToolProgress(call_id=call.id, tool=tool.name, message=line))
+
         ctx = CallContext(
             job_id=self._config.job_id,
             call_id=call.id,
             confirmed_by=confirmed_by,
             dry_run=dry_run,
+            progress=progress,
         )
         interruptible = tool.category == "read_only" or dry_run
         token = self._config.cancel

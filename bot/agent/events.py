@@ -49,6 +49,17 @@ class ToolStart:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """What a running tool says of its progress (an MCP server's progress notification):
+    one line, bounded and scrubbed by the core before it is reported."""
+
+    call_id: str
+    tool: str
+    message: str
+    kind: Literal["tool_progress"] = "tool_progress"
+
+
+@dataclass(frozen=True, slots=True)
 class ToolEnd:
     call_id: str
     tool: str
@@ -112,6 +123,7 @@ Event = (
     | ModelRequestEnd
     | StreamDelta
     | ToolStart
+    | ToolProgress
     | ToolEnd
     | ApprovalRequested
     | InjectedMessages

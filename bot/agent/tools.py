@@ -66,6 +66,13 @@ class Tool(Protocol):
         ...
 
 
+def has_dry_run(tool: Tool) -> bool:
+    """Whether a destructive call of ``tool`` is dry-run before its approval is asked;
+    a tool that cannot (``dry_run_available = False``, e.g. an MCP tool) is asked for
+    without one, and its card says that no dry run is available."""
+    return getattr(tool, "dry_run_available", True) is not False
+
+
 @runtime_checkable
 class Previewable(Protocol):
     """A tool that can say exactly what a call will do before it runs (a command tool's

@@ -143,6 +143,8 @@ class JobProgress:
         self._active = record.progress.active_time_s
         self._model: str | None = record.progress.model
         self._tool: str | None = None
+        self._tool_call: str | None = None  # the running call, whose progress is shown
+        self._tool_note: str | None = None  # what that call last said of its progress
         self._awaiting: str | None = None  # a tool whose approval card is pending
         self._lines: list[ToolLine] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -163,6 +165,7 @@ class JobProgress:
             active_s=self._active,
             model=self._model,
             current_tool=self._tool,
+            current_note=self._tool_note,
             finished=tuple(self._lines[-MAX_TOOL_LINES:]),
             awaiting=self._awaiting,
         )
@@ -208,11 +211,17 @@ class JobProgress:
                 self.thread_status.show("is waiting for an approval…")
             case "tool_start":
                 self._tool = event.tool
+                self._tool_call, self._tool_note = event.call_id, None
                 self._awaiting = None
                 self._retire_stream()
                 self.thread_status.show(f"is running {event.tool}…")
+            case "tool_progress":
+                if event.call_id != self._tool_call:
+                    return  # a call running beside the one shown
+                self._tool_note = event.message
             case "tool_end":
                 self._tool = None
+                self._tool_call = self._tool_note = None
                 if event.ran and not event.dry_run:
                     fallback = "error" if event.is_error else f"{event.output_chars} chars"
                     result = event.summary or fallback

@@ -38,6 +38,7 @@ from bot.agent.events import (
     RunEnd,
     StreamDelta,
     ToolEnd,
+    ToolProgress,
     ToolStart,
 )
 from bot.agent.messages import Usage
@@ -231,8 +232,8 @@ class TraceRecorder:
 
     def _entry(self, event: Event) -> TraceEntry | None:
         match event:
-            case StreamDelta():
-                return None
+            case StreamDelta() | ToolProgress():
+                return None  # what the status message shows while it happens
             case ModelRequestStart():
                 self._attempt = event.attempt
                 return None

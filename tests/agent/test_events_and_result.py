@@ -29,6 +29,7 @@ from bot.agent.events import (
     RunEnd,
     StreamDelta,
     ToolEnd,
+    ToolProgress,
     ToolStart,
 )
 from bot.agent.testing import FakeClock, ScriptedModel, call, calls, text
@@ -117,6 +118,35 @@ async def test_events_of_a_tool_step_then_an_answer(clock: FakeClock, recorder: 
         )
     ]
     assert recorder.events[-1] == RunEnd(result)
+
+
+async def test_a_tools_progress_is_reported_in_one_scrubbed_bounded_line(
+    recorder: Recorder,
+) -> None:
+    """What a tool says of its progress (an MCP server's notifications) reaches the sinks
+    between its start and its end: one line, a secret in it redacted, cut to a summary."""
+
+    async def fn(args: NoArgs, ctx: CallContext) -> str:
+        ctx.progress("step 1/3")
+        ctx.progress("copying with password=hunter2\nsecond line")
+        ctx.progress("   ")  # nothing to show
+        ctx.progress("x" * 50_000)
+        return "copied"
+
+    tool = FunctionTool(name="copy", description="Copy", args_model=NoArgs, fn=fn)
+    model = ScriptedModel([calls(call("copy", "c1")), text("done")])
+    await run(make_config(model, tools=[tool], on_event=recorder))
+
+    kinds = recorder.kinds()
+    assert kinds.index("tool_start") < kinds.index("tool_progress")
+    assert max(i for i, k in enumerate(kinds) if k == "tool_progress") < kinds.index("tool_end")
+    progress: list[ToolProgress] = recorder.of("tool_progress")
+    assert [p.message for p in progress[:2]] == [
+        "step 1/3",
+        "copying with password=[redacted] …",
+    ]
+    assert len(progress) == 3 and progress[2].message == "x" * 159 + "…"
+    assert {(p.call_id, p.tool) for p in progress} == {("c1", "copy")}
 
 
 async def test_refused_calls_end_with_ran_false(recorder: Recorder) -> None:

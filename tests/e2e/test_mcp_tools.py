@@ -21,6 +21,8 @@ from typing import Any
 from bot.llm.scripted import Reply, ScriptedRequest
 from bot.slack.fake import FakeSlack
 
+from ..tools.mcp.conftest import npm_server
+
 from .approvals_kit import (
     answered,
     call_then_answer,
@@ -243,3 +245,39 @@ async def test_a_server_killed_mid_call_is_an_error_and_the_next_job_restarts_it
     [pinged] = calls(log, "ping")
     assert pinged["pid"] != pid  # a new server process answered
     assert server_pids(serve, script) == [pinged["pid"]]
+
+
+async def test_an_mcp_servers_progress_shows_on_the_status_message(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
+) -> None:
+    """``server-everything``'s long-running operation reports each step; the status
+    message's line for the running tool shows the latest one while the call runs."""
+    tools = tmp_path / "tools.yml"
+    argv = json.dumps([npm_server("mcp-server-everything")])
+    tools.write_text(
+        f"""\
+mcp_servers:
+  - name: everything
+    command: {argv}
+    include: [trigger-long-running-operation]
+    trust_annotations: true
+"""
+    )
+    name = "everything_trigger-long-running-operation"
+    model.policy = call_then_answer(name, {"duration": 4, "steps": 4}, reason="Running it.")
+    serve = await bot(OPSLOOP_TOOLS=str(tools))
+    event = mention("C1", "U1", "run the long operation")
+    await serve.send(event)
+
+    await slack.wait_for(lambda: answered(slack, event["ts"]), timeout=WAIT_S)
+    [result] = tool_results(model.requests[-1])
+    assert result.startswith("Long running operation completed"), result
+    shown = [str(c.get("blocks")) for c in slack.calls_of("chat.update")]
+    steps = {s for s in ("1/4", "2/4", "3/4") if any(f"running… {s}" in b for b in shown)}
+    assert steps, [b for b in shown if name in b]
+    status_ts = str(slack.calls_of("chat.update")[0]["ts"])
+    await slack.wait_for(
+        lambda: not slack.message("C1", status_ts).text.startswith("Working"), timeout=10
+    )
+    ending = slack.message("C1", status_ts)
+    assert "running…" not in str(ending.blocks), ending  # the ending shows no progress
