@@ -88,6 +88,7 @@ class Progress:
     active_s: float
     model: str | None = None
     current_tool: str | None = None
+    current_note: str | None = None  # the running tool's latest progress, one line
     finished: Sequence[ToolLine] = ()
     stopping: bool = False
     awaiting: str | None = None  # the tool whose approval card is pending
@@ -111,7 +112,8 @@ def status_message(progress: Progress, *, final: bool = False, stop_button: bool
     lines = tool_lines(p.finished)
     running = p.current_tool if not final else None
     if running:
-        lines.append(f":hourglass_flowing_sand: `{escaped(running, 80)}` running…")
+        note = f" {escaped(one_line(p.current_note), TOOL_RESULT_CHARS)}" if p.current_note else ""
+        lines.append(f":hourglass_flowing_sand: `{escaped(running, 80)}` running…{note}")
     if p.awaiting and not final:
         lines.append(f":raised_hand: `{escaped(p.awaiting, 80)}` needs an approval: see the card")
     if lines:
@@ -240,6 +242,12 @@ def _summary(record: ApprovalRecord) -> str:
     return escaped(f"{record.tool} ({args})" if args else record.tool, 300)
 
 
+NO_DRY_RUN = (
+    ":warning: *No dry run available*: this tool cannot show what it would do; "
+    "approving it runs it for real."
+)
+
+
 def _card_body(record: ApprovalRecord, approvers: Sequence[str] = ()) -> list[Block]:
     title = f"Approval needed: {record.tool}"
     blocks: list[Block] = [
@@ -271,6 +279,8 @@ def _card_body(record: ApprovalRecord, approvers: Sequence[str] = ()) -> list[Bl
             "```", "`\u200b``"
         )
         blocks.append(section_block(head + cut(body, MAX_SECTION - len(head) - len(tail)) + tail))
+    elif record.category == "destructive":  # its tool has none (``has_dry_run``)
+        blocks.append(section_block(NO_DRY_RUN))
     who = ""
     if approvers:  # whom to ask, in an incident
         who = " · approvers: " + whom_to_ask(approvers)

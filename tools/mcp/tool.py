@@ -15,8 +15,10 @@ the request
     ``opsloop/idempotency_key``; a ``confirmed_by`` argument, when the schema has one,
     is set by the runtime (``CallRunner._execute``) and sent as it is.
 dry run
-    An MCP tool has none: a destructive tool's dry run answers "No dry run available"
-    without calling the server, and the card shows that.
+    An MCP tool has none (``dry_run_available`` is False): the core asks for approval of
+    a destructive one without a dry run, and the card says "No dry run available". A
+    dry run asked for anyway (``opsloop tools run --dry-run``) answers that without
+    calling the server.
 the result
     Text and JSON content become text; images, audio and embedded resources a short
     description, and the bytes or text of a resource follow as the full output so the
@@ -106,6 +108,10 @@ class McpTool:
     @property
     def description(self) -> str:
         return self._description
+
+    @property
+    def dry_run_available(self) -> bool:
+        return False  # the card says so; approving runs it for real
 
     @property
     def category(self) -> Category:
