@@ -48,6 +48,7 @@ class Catalog:
     closers: Sequence[Callable[[], Awaitable[None]]] = ()  # the packs' clients, MCP servers
     mcp_servers: Sequence[McpServerSpec] = ()  # configured; connected by ``connect_mcp``
     mcp_reports: Sequence[ServerReport] = ()  # what connecting made of each server
+    retired: Mapping[str, Tool] = field(default_factory=dict)  # gone from a re-listing
 
     async def aclose(self) -> None:
         if self.fetcher is not None:
@@ -66,6 +67,20 @@ class Catalog:
             for name in names:
                 chosen.update(self.toolsets.get(name, (name,)))
         return [self.tools[n] for n in sorted(chosen) if n in self.tools]
+
+    def named(self, names: Sequence[str]) -> list[Tool]:
+        """The tools called ``names``, in that order: a job's tools on every run after its
+        first, so that its tools block never changes. A tool an MCP server no longer lists
+        is still offered (its call reaches the server, which answers with an error); a
+        name unknown to this process (tools.yml changed since) is left out, logged."""
+        found: list[Tool] = []
+        for name in names:
+            tool = self.tools.get(name) or self.retired.get(name)
+            if tool is None:
+                log.warning("tool %r is no longer in the catalogue; jobs offered it lose it", name)
+                continue
+            found.append(tool)
+        return found
 
 
 def declared_tool(
@@ -158,6 +173,7 @@ async def connect_mcp(
     *,
     environ: Mapping[str, str] | None = None,
     connect_timeout: float | None = None,
+    retry_first: float | None = None,
 ) -> Catalog:
     """The catalogue with its MCP servers' tools; ``ConfigError`` on a bad or colliding
     name (the servers are stopped then). Without servers, the catalogue as it is."""
@@ -176,7 +192,11 @@ async def connect_mcp(
             "pip install 'opsloop[mcp]'"
         ) from None
 
-    options = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
+    options: dict[str, float] = {}
+    if connect_timeout is not None:
+        options["connect_timeout"] = connect_timeout
+    if retry_first is not None:
+        options["retry_first"] = retry_first
     mcp = await connect_servers(
         catalog.mcp_servers, existing=catalog.sources, environ=environ, **options
     )
@@ -187,6 +207,7 @@ async def connect_mcp(
         sources=LiveSources(catalog.sources, mcp),
         closers=(*catalog.closers, mcp.aclose),
         mcp_reports=tuple(mcp.reports),
+        retired=mcp.retired,
     )
 
 

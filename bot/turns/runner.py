@@ -46,6 +46,7 @@ from bot.agent.ports import (
     Pending,
 )
 from bot.agent.state import StopReason
+from bot.agent.tools import Tool
 from bot.errors import HandedOver, StoreError
 from bot.store.approvals import ApprovalRecord, Approvals, to_decision
 from bot.store.artifacts import RedisArtifacts
@@ -62,6 +63,8 @@ from bot.store.trace import TraceRecorder
 from tools.registry import Catalog
 
 log = logging.getLogger(__name__)
+
+TOOLS_META = "tools"  # the job's tool names, space-separated (``Turns._tools_of``)
 
 
 def process_name() -> str:
@@ -221,6 +224,9 @@ class Turns:
                 # Saved with the start: a process taking the job over after a crash edits
                 # this status message instead of posting another.
                 meta = {**meta, "status_ts": reporter.status_ts}
+            if TOOLS_META not in meta:  # the first run: the job's tools, for every run
+                names = " ".join(t.name for t in self.catalog.for_channel(record.channel))
+                meta = {**meta, TOOLS_META: names}
             record = await self.jobs.save(
                 record, JobStatus.RUNNING, fence=lease.fence, via=via, meta=meta
             )
@@ -375,6 +381,15 @@ class Turns:
         except StoreConflict:
             return "someone else continued or changed this job first"
 
+    def _tools_of(self, record: JobRecord) -> list[Tool]:
+        """The job's tools: the names saved in ``meta`` when it first ran, so a catalogue
+        that changed since (an MCP server's new listing) never changes a job's tools
+        block (the prompt's cached prefix) or takes away a tool its history calls."""
+        pinned = record.meta.get(TOOLS_META)
+        if pinned is None:
+            return self.catalog.for_channel(record.channel)
+        return self.catalog.named(pinned.split())
+
     async def _run(
         self,
         record: JobRecord,
@@ -405,6 +420,7 @@ class Turns:
         history = RedisHistory(self.redis, self.keys, thread)
         await history.history()
         record = await self._report_unknown_outcomes(record)
+        tools = self._tools_of(record)
         trace = TraceRecorder(record.id)
         session = JobSession(
             self.redis,
@@ -465,7 +481,7 @@ class Turns:
             client=self.resolver,
             memory=history,
             system_prompt=self.system_prompt,
-            tools=self.catalog.for_channel(thread.channel),
+            tools=tools,
             limits=Limits(
                 max_iterations=limits.max_iterations,
                 deadline_s=limits.deadline_s,
