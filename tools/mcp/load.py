@@ -1,8 +1,11 @@
 """Start-up: every ``mcp_servers`` entry connected and its tools built, once.
 
 Servers connect concurrently, each bounded by the connect timeout. A server that cannot
-be reached at start contributes no tools (one warning naming it and why; ``opsloop
-check`` reports it too) and the bot starts without it. What the operator must fix is a
+be reached at start does not hold the bot up: one warning naming it and why (``opsloop
+check`` reports it too), and it is tried again in the background (``RETRY_FIRST_S``,
+doubling up to ``RETRY_MAX_S``) until it answers; then its tools are offered to the jobs
+that start afterwards. One whose ``env``/``headers`` name an unset variable is not tried
+again. What the operator must fix is a
 ``ConfigError``: an offered name that is not a valid tool name, or one that collides
 with another tool (MCP, pack or tools.yml), naming both. A tool whose schema cannot be
 made acceptable is skipped with a warning.
@@ -11,14 +14,17 @@ made acceptable is skipped with a warning.
 at most once per ``RELIST_EVERY_S`` (a storm of notifications is one more listing), and
 replace its ``tools`` mapping at once with the new one: unchanged tools keep their
 objects, a new name that is invalid or collides is logged and skipped. A job reads the
-catalogue once when it starts (``Catalog.for_channel``), so its tools block never
-changes; jobs that start afterwards get the new listing (``LiveTools``).
+catalogue when it first runs (``Catalog.for_channel``) and keeps those names for its
+later runs (``Catalog.named``), so its tools block never changes: a tool gone from the
+new listing stays in ``retired`` for them (a call of it reaches the server, which says
+it has no such tool). Jobs that start afterwards get the new listing (``LiveTools``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +33,13 @@ import mcp_types
 
 from bot.agent.tools import Tool
 from bot.errors import ConfigError
-from tools.mcp.connection import CONNECT_TIMEOUT_S, McpConnection, McpDown
+from tools.mcp.connection import (
+    CONNECT_TIMEOUT_S,
+    McpConnection,
+    McpDown,
+    child_environment,
+    expand,
+)
 from tools.mcp.schema import (
     MAX_DESCRIPTION_CHARS,
     SchemaProblem,
@@ -42,6 +54,8 @@ from tools.spec import McpServerSpec
 log = logging.getLogger(__name__)
 
 RELIST_EVERY_S = 5.0  # at most one listing per server this often after list_changed
+RETRY_FIRST_S = 5.0  # a server down at start is tried again after this, then twice as long
+RETRY_MAX_S = 300.0  # … up to this, for as long as the bot runs
 
 
 @dataclass(slots=True)
@@ -58,6 +72,7 @@ class McpTools:
     """The MCP tools of a catalogue and the connections that serve them."""
 
     tools: dict[str, McpTool] = field(default_factory=dict)  # replaced whole, never edited
+    retired: dict[str, McpTool] = field(default_factory=dict)  # dropped by a re-listing
     connections: list[McpConnection] = field(default_factory=list)
     reports: list[ServerReport] = field(default_factory=list)
     existing: Mapping[str, str] = field(default_factory=dict)  # the catalogue's other tools
@@ -65,6 +80,8 @@ class McpTools:
     now: Callable[[], float] = time.monotonic
     relists: int = 0  # listings done after list_changed
     relisted: asyncio.Event = field(default_factory=asyncio.Event)  # set after each one
+    retry_first: float = RETRY_FIRST_S
+    came_up: asyncio.Event = field(default_factory=asyncio.Event)  # a late server's tools in
     _listed: dict[str, mcp_types.Tool] = field(default_factory=dict)  # what built each tool
     _pending: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _dirty: set[str] = field(default_factory=set)
@@ -122,17 +139,45 @@ class McpTools:
                     tool = old  # unchanged: the same object
             self._listed[tool.name] = remote
             mine[tool.name] = tool
-        before = {n for n, t in self.tools.items() if t.connection is connection}
+        before = {n: t for n, t in self.tools.items() if t.connection is connection}
+        for name in mine:
+            self.retired.pop(name, None)
+        for name in before.keys() - mine.keys():
+            self.retired[name] = before[name]  # a job offered it keeps it (``Catalog.named``)
         self.tools = {**others, **mine}  # one assignment: a reader sees old or new
-        for name in before - set(mine):
+        for name in before.keys() - mine.keys():
             self._listed.pop(name, None)
         log.info(
             "mcp server %r: tools listed again: %d (%d added, %d gone)",
             spec.name,
             len(mine),
-            len(set(mine) - before),
-            len(before - set(mine)),
+            len(mine.keys() - before.keys()),
+            len(before.keys() - mine.keys()),
         )
+
+    def retry_later(self, spec: McpServerSpec, connection: McpConnection) -> None:
+        """Try a server that was down at start again (``RETRY_FIRST_S``, doubling up to
+        ``RETRY_MAX_S``) until it answers; its tools are then offered to the jobs that
+        start afterwards, through the same checks as a new listing."""
+        self._pending[spec.name] = asyncio.create_task(
+            self._retry(spec, connection), name=f"mcp-retry:{spec.name}"
+        )
+
+    async def _retry(self, spec: McpServerSpec, connection: McpConnection) -> None:
+        wait = self.retry_first
+        while True:
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, RETRY_MAX_S)
+            try:
+                listed = await connection.relist()
+            except McpDown as exc:
+                log.info("mcp server %r: still down (%s); next try in %gs", spec.name, exc, wait)
+                continue
+            self._apply(spec, connection, listed)
+            self.watch(spec, connection)
+            log.warning("mcp server %r is up: its tools are offered to new jobs", spec.name)
+            self.came_up.set()
+            return
 
     async def aclose(self) -> None:
         """Stop every server (concurrently; each stop is bounded)."""
@@ -238,6 +283,18 @@ def build_tools(
     return built
 
 
+def check_variables(spec: McpServerSpec, environ: Mapping[str, str]) -> None:
+    """``ValueError`` naming the first ``${NAME}`` of ``env``/``headers`` that is not set."""
+    child_environment(spec, environ)
+    for key, value in spec.headers.items():
+        expand(value, environ, where=f"headers.{key}")
+
+
+class Misconfigured(McpDown):
+    """A server that cannot start as configured (a variable its env or headers name is
+    not set): not tried again."""
+
+
 async def _start(
     spec: McpServerSpec,
     environ: Mapping[str, str] | None,
@@ -245,11 +302,12 @@ async def _start(
 ) -> tuple[McpConnection, list[mcp_types.Tool] | McpDown]:
     connection = McpConnection(spec, environ=environ, connect_timeout=connect_timeout)
     try:
+        check_variables(spec, os.environ if environ is None else environ)
         return connection, await connection.start()
     except McpDown as exc:
         return connection, exc
     except ValueError as exc:  # env/headers referencing a variable that is not set
-        return connection, McpDown(f"mcp server {spec.name!r} could not start: {exc}")
+        return connection, Misconfigured(f"mcp server {spec.name!r} could not start: {exc}")
 
 
 async def connect_servers(
@@ -258,16 +316,29 @@ async def connect_servers(
     existing: Mapping[str, str],
     environ: Mapping[str, str] | None = None,
     connect_timeout: float = CONNECT_TIMEOUT_S,
+    retry_first: float = RETRY_FIRST_S,
 ) -> McpTools:
     """Connect every server and build its tools; ``existing`` maps the names of the
-    catalogue's other tools to their source, for the collision check."""
+    catalogue's other tools to their source, for the collision check. A server that
+    cannot be reached is tried again in the background (``McpTools.retry_later``)."""
     started = await asyncio.gather(*(_start(s, environ, connect_timeout) for s in specs))
-    result = McpTools(connections=[c for c, _ in started], existing=existing)
+    result = McpTools(
+        connections=[c for c, _ in started], existing=existing, retry_first=retry_first
+    )
     try:
         for spec, (connection, listed) in zip(specs, started, strict=True):
             if isinstance(listed, McpDown):
-                log.warning("%s: %s; its tools are not offered", spec.where, listed)
                 result.reports.append(ServerReport(spec.name, error=str(listed)))
+                if isinstance(listed, Misconfigured):  # trying again cannot fix that
+                    log.warning("%s: %s; its tools are not offered", spec.where, listed)
+                    continue
+                log.warning(
+                    "%s: %s; its tools are offered once it answers (tried again in %gs)",
+                    spec.where,
+                    listed,
+                    retry_first,
+                )
+                result.retry_later(spec, connection)
                 continue
             tools = build_tools(spec, listed, connection)
             for tool in tools:
