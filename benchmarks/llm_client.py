@@ -47,10 +47,11 @@ from bot.agent import (
     run,
 )
 from bot.agent.ports import ClientResolver
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.llm.chain import ModelChain
 from bot.llm.openai import OpenAIClient
 from bot.llm.retry import RetryPolicy
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest, ScriptedServer
 
 K = 10
 CHUNKS = 20

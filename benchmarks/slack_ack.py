@@ -38,9 +38,10 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from bot.llm.scripted import Reply, ScriptedServer
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Reply
+from bot.emulator.slack import FakeSlack
 from tests.e2e.harness import BotProcess, bot_env, event_body, mention, sign
 
 SECRET = "bench-secret"
@@ -159,11 +160,11 @@ LAYERS = {  # py-spy names files relative to their sys.path entry
     "pydantic": "(pydantic",
     "opsloop bot/": "(bot/",
     "opsloop bot/agent (the loop)": "(bot/agent/",
-    "  the ack path (SlackBot._events)": "SlackBot._events (",
+    "  the ack path (_Routes.events)": "_Routes.events (",
     "  running jobs (Turns.run_job)": "Turns.run_job (",
     "  status, answer, ending (JobProgress)": "JobProgress.",
     "  paced chat.update (UpdateBudget)": "UpdateBudget.",
-    "  eyes reactions": "SlackBot._eyes (",
+    "  eyes reactions": "SlackNotifier.acknowledge (",
 }
 
 

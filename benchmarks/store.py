@@ -40,13 +40,13 @@ from bot.agent import (
     run,
 )
 from bot.agent.state import PendingApproval, PendingBatch
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.approvals import ApprovalRecord, Approvals
 from bot.store.history import RedisHistory
-from bot.store.inject import RedisInject
+from bot.store.inject import InjectReader
 from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
 from bot.store.lease import Leases
-from bot.store.managed import ManagedRedis
 from bot.store.session import JobSession
 from bot.store.trace import TraceRecorder
 
@@ -91,7 +91,7 @@ async def one_job(client: aioredis.Redis, keys: Keys, n: int) -> tuple[int, int]
     history.append(UserMessage(content="check the fleet"))
     trace = TraceRecorder(record.id)
     session = JobSession(client, keys, record, lease, history, trace=trace)
-    inject = RedisInject(client, keys, thread, consumer="bench", seen_ids=history.source_ids)
+    inject = InjectReader(client, keys, thread, consumer="bench", seen_ids=history.source_ids)
     config = AgentConfig(
         job_id=record.id,
         client=instant_model(),

@@ -49,11 +49,11 @@ from pydantic import BaseModel, Field
 from bot.agent import CallContext, FunctionTool, ModelRequest, ModelResponse, ToolMessage
 from bot.agent.messages import UserMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.approvals import ApprovalRecord
 from bot.store.connection import connect
 from bot.store.jobs import JobLimits, JobRecord
 from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread
-from bot.store.managed import ManagedRedis
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import SCAN_INTERVAL_S, Scanner
 from tools.registry import Catalog
@@ -87,8 +87,26 @@ def build_turns(redis: aioredis.Redis, model: ScriptedModel, name: str) -> Turns
         category="mutating",
     )
 
-    async def card_posted(record: JobRecord, approval: ApprovalRecord) -> None:
-        pass  # the card "reached the thread": the scan finds it posted
+    class CardsOnly:  # a Notifier whose cards "reach the thread": the scan finds them posted
+        status_ts = None  # and its own quiet progress sink
+
+        def __call__(self, event: object) -> None:
+            pass
+
+        async def aclose(self) -> None:
+            pass
+
+        async def open_progress(self, record: JobRecord) -> CardsOnly:
+            return self
+
+        async def post_card(self, record: JobRecord, approval: ApprovalRecord) -> str:
+            return "1700000000.000900"
+
+        async def tell_unknown(self, record: JobRecord, entries: Sequence[object]) -> None:
+            pass
+
+        async def acknowledge(self, thread: Thread, items: Sequence[object]) -> None:
+            pass
 
     return Turns(
         redis=redis,
@@ -100,7 +118,7 @@ def build_turns(redis: aioredis.Redis, model: ScriptedModel, name: str) -> Turns
         ),
         system_prompt="You are opsloop.",
         settings=TurnSettings(limits=LIMITS),
-        on_paused=card_posted,
+        notifier=CardsOnly(),
         consumer=name,
     )
 

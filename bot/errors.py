@@ -5,16 +5,33 @@
     ├── UserFacingError        safe to show to a Slack user as is
     ├── RunError               a job's run failed; carries the job id
     ├── StoreError             Redis (state, history, queues) failed
+    │   ├── StoreUnavailable   bot/store/connection.py: Redis unreachable or too slow
+    │   ├── StoreConflict      bot/store/connection.py: a write refused (stale fencing
+    │   │                      token, a job status transition not allowed)
+    │   └── HandedOver         not a failure: the run stopped at a step boundary for another
+    │                          process to take the job over; like a store failure it
+    │                          abandons the run without ending the job
     ├── ChatError              the Slack Web API failed
     ├── ToolError              a tool failed; its message becomes the ``Error: …`` result
+    │   ├── SupervisorFault    tools/packs/supervisor_rpc.py: a fault supervisord answered
+    │   └── McpDown            tools/mcp/connection.py: an MCP server is unreachable, hung
+    │       │                  or broke the protocol
+    │       └── Misconfigured  tools/mcp/load.py: cannot start as configured; not retried
     ├── CondenseError          the history could not be condensed; the loop carries on
     │   └── NothingToCondense  no prefix is worth replacing
+    ├── ServiceError           bot/dev/service.py: the demo service could not be started,
+    │                          stopped or reached
     └── ModelError             the model API failed; the agent's recovery decides by subclass
         ├── ModelUnavailableError   transient (timeout, 429, 5xx, connection) after the
         │                           client's own retries: try the next model of the chain
         ├── ContextOverflowError    the request does not fit the model's context: condense
         └── ModelRequestError       anything else (400, quota, malformed): the run fails
             └── ModelAuthError      401/403: the key or its permissions are wrong
+
+A class whose line names a module lives there, beside the one place that raises it (the
+store's translation of Redis errors, a pack's or the MCP client, the dev mode's demo
+service); every other class is defined below. ``tests/test_error_tree.py`` fails when a
+subclass of ``OpsloopError`` in ``bot`` or ``tools`` is missing here or lives elsewhere.
 
 Only the Slack edge turns errors into user-facing text. This module imports nothing
 but the standard library so that every layer, the pure agent core included, can use it.

@@ -1,6 +1,6 @@
 """Configuration from the environment: the only module that reads it.
 
-Each group is a pydantic-settings model with the exact variable names of DESIGN.md's
+Each group is a pydantic-settings model with the exact variable names of the README's
 configuration table; defaults are named constants. A missing or malformed variable
 becomes a ``ConfigError`` naming it (the CLI prints that one line and exits).
 """
@@ -14,7 +14,6 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
-from tools.packs import PackConfig
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -112,15 +111,6 @@ class ToolSettings(BaseSettings):
     @property
     def pack_names(self) -> list[str]:
         return [p.strip() for p in self.packs.split(",") if p.strip()]
-
-    def pack_config(self) -> PackConfig:
-        return PackConfig(
-            log_dirs=tuple(d.strip() for d in self.log_dirs.split(",") if d.strip()),
-            http_allow=self.http_allow,
-            prometheus_url=self.prometheus_url,
-            alertmanager_url=self.alertmanager_url,
-            supervisor_url=self.supervisor_url,
-        )
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -1,7 +1,7 @@
 """``kind: http`` tools: a request templated from validated arguments, sent under the
 address policy, answered with status, latency and a bounded body.
 
-Templating (DESIGN.md, "Tools"):
+Templating (the README, "Tools"):
 
 - ``url``: a placeholder that is the whole URL is inserted as validated (the policy then
   judges it); placeholders inside a URL are percent-encoded with nothing kept (``/``,
@@ -207,6 +207,38 @@ def make_client(
     )
 
 
+class PolicyClient:
+    """An address policy and the client that sends under it: ``make_client(policy)``,
+    made on first use, or the client given. The base of ``HttpFetcher`` and of the
+    ``http`` pack's checker.
+
+    ``aclose`` closes the client it made, and a given one too when ``close_given``; a
+    use after it makes a fresh one.
+    """
+
+    def __init__(
+        self,
+        policy: AddressPolicy,
+        client: httpx.AsyncClient | None = None,
+        *,
+        close_given: bool = False,
+    ) -> None:
+        self.policy = policy
+        self._client = client
+        self._closes_client = close_given or client is None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = make_client(self.policy)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._closes_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return url.scheme, url.host, url.port
 
@@ -249,12 +281,13 @@ def _failure(exc: Exception, method: str, url: httpx.URL, timeout: float) -> Too
     return ToolError(f"HTTP request failed ({type(exc).__name__}): {target}: {detail}")
 
 
-class HttpFetcher:
+class HttpFetcher(PolicyClient):
     """Sends requests under an ``AddressPolicy``; see the module docstring.
 
-    ``client``: an httpx client to use (default: ``make_client(policy)``, created on
-    first use and closed by ``aclose``). A client not built by ``make_client`` still
-    gets every hop checked before it is sent, but not the connect-time re-check.
+    ``client``: an httpx client to use, the caller's to close (default:
+    ``make_client(policy)``, created on first use and closed by ``aclose``). A client not
+    built by ``make_client`` still gets every hop checked before it is sent, but not the
+    connect-time re-check.
     """
 
     def __init__(
@@ -265,22 +298,9 @@ class HttpFetcher:
         max_body_bytes: int = MAX_BODY_BYTES,
         max_redirects: int = MAX_REDIRECTS,
     ) -> None:
-        self.policy = policy or AddressPolicy()
-        self._client = client
-        self._owns_client = client is None
+        super().__init__(policy or AddressPolicy(), client)
         self.max_body_bytes = max_body_bytes
         self.max_redirects = max_redirects
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = make_client(self.policy)
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
-            self._client = None
 
     async def fetch(
         self,

@@ -57,6 +57,7 @@ from pydantic import (
 
 from bot.agent.tools import DEFAULT_OUTPUT_BOUND, DEFAULT_TIMEOUT_S, NAME_PATTERN
 from bot.errors import ConfigError
+from tools.env import check_env, parse_env_value
 
 RESERVED = frozenset({"confirmed_by", "idempotency_key"})  # template variables of their own
 MAX_TIMEOUT_S = 3600.0
@@ -160,8 +161,6 @@ class CommandToolSpec(ToolSpecBase):
                     f"run: the program (run[0]) may only use a parameter with an enum, "
                     f"not {{{name}}}"
                 )
-        from tools.command import check_env  # the env rules live with the runner
-
         check_env(self.env)
         return self
 
@@ -243,8 +242,6 @@ class McpServerSpec(BaseModel):
                 raise ValueError("headers: only for a url server")
             if any("\x00" in part for part in self.command):
                 raise ValueError("command: contains a NUL character")
-            from tools.command import check_env  # the env rules live with the runner
-
             check_env(self.env)
         else:
             if self.env or self.cwd is not None:
@@ -252,8 +249,6 @@ class McpServerSpec(BaseModel):
             if not re.match(r"^https?://[^/\s]+", self.url or ""):
                 raise ValueError(f"url: {self.url!r} is not an http(s) URL")
             for key, value in self.headers.items():
-                from tools.command import parse_env_value
-
                 try:
                     parse_env_value(value)
                 except ValueError as exc:

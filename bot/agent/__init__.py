@@ -21,6 +21,7 @@ from bot.agent.messages import (
     Usage,
     UserMessage,
 )
+from bot.agent.model_failure_recovery import RecoveryPolicy
 from bot.agent.observe import InMemoryArtifacts
 from bot.agent.ports import (
     Approved,
@@ -31,7 +32,6 @@ from bot.agent.ports import (
     Injected,
     Pending,
 )
-from bot.agent.recovery import RecoveryPolicy
 from bot.agent.run import run
 from bot.agent.state import PendingApproval, RunResult, RunState, StopReason
 from bot.agent.tools import CallContext, FunctionTool, Tool

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from bot.agent.cancel import CancelToken
 from bot.agent.events import EventSink
 from bot.agent.limits import Limits
+from bot.agent.model_failure_recovery import RecoveryPolicy
 from bot.agent.observe import InMemoryArtifacts
 from bot.agent.ports import (
     ArtifactStore,
@@ -20,7 +21,6 @@ from bot.agent.ports import (
     LoopClock,
     Memory,
 )
-from bot.agent.recovery import RecoveryPolicy
 from bot.agent.state import RunState, StopReason
 from bot.agent.tools import Tool
 

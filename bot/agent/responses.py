@@ -31,7 +31,7 @@ from bot.agent.messages import (
     valid_tool_name,
 )
 from bot.agent.state import RunState
-from bot.agent.toolcall_recovery import recover_tool_calls
+from bot.agent.tool_calls_in_text import recover_tool_calls
 
 
 def message_chars(message: AnyMessage) -> int:

@@ -31,7 +31,6 @@ from bot.agent.events import (
 )
 from bot.agent.guard import Aborted, AbortKind, guarded
 from bot.agent.limits import check_before_request, reservation
-from bot.agent.loop_detector import LOOP_MESSAGE, LoopDetector, LoopVerdict
 from bot.agent.messages import (
     AnyMessage,
     AssistantMessage,
@@ -42,12 +41,13 @@ from bot.agent.messages import (
     Usage,
     UserMessage,
 )
+from bot.agent.model_failure_recovery import Action
 from bot.agent.ports import Decision, DeltaSink
-from bot.agent.recovery import Action
 from bot.agent.redact import redact_secrets
-from bot.agent.repetition import RepetitionDetected, RepetitionDetector
+from bot.agent.repeated_calls import LOOP_MESSAGE, LoopDetector, LoopVerdict
 from bot.agent.responses import account, message_chars, normalize
 from bot.agent.state import PendingApproval, PendingBatch, RunResult, RunState, StopReason
+from bot.agent.stream_repetition import RepetitionDetected, RepetitionDetector
 from bot.agent.tools import canonical_json, tool_spec
 from bot.errors import HandedOver, ModelError, StoreError
 

@@ -16,7 +16,10 @@ from bot.agent.messages import AssistantMessage, ToolCall, Usage
 
 
 class StopReason(StrEnum):
-    """The one list of ways a run ends (``awaiting_approval`` is a pause)."""
+    """The one list of ways a run ends (``awaiting_approval`` is a pause).
+
+    ``JobStatus`` (``bot/store/jobs.py``) has a member of the same name and value for each.
+    """
 
     COMPLETED = "completed"
     INCOMPLETE = "incomplete"

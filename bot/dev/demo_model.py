@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 
 HEALTH, METRICS, LOGS, RESTART = "web_health", "web_metrics", "web_logs", "web_restart"
 SLOW_MS = 1000.0  # a /health slower than this is degraded

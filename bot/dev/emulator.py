@@ -1,6 +1,6 @@
 """The local Slack emulator: the fake Web API and Slack's side of a workspace, on one server.
 
-:class:`Emulator` is :class:`~bot.slack.fake.FakeSlack` (every Web API method answers exactly as
+:class:`Emulator` is :class:`~bot.emulator.slack.FakeSlack` (every Web API method answers exactly as
 there) plus Slack's other direction and a page for people, all on one aiohttp server::
 
     emulator = Emulator(signing_secret=secret, users=[DevUser("UALICE", "alice", "requester")])
@@ -12,7 +12,7 @@ there) plus Slack's other direction and a page for people, all on one aiohttp se
 This module owns the workspace's state and when things happen; the parts live beside it:
 
 - ``bot.dev.people``: the dev users and what Slack's client makes of typed text.
-- ``bot.dev.delivery``: events and clicks as Slack sends them, signed, with the 3 s ack
+- ``bot.emulator.sender``: events and clicks as Slack sends them, signed, with the 3 s ack
   timeout and Slack's retries (``X-Slack-Retry-Num``, ``X-Slack-No-Retry``).
 - ``bot.dev.page``: the page (``/``, ``/ui/…``), its guard and its server-sent event stream.
 
@@ -46,7 +46,18 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from bot.dev.delivery import (
+from bot.dev.page import (
+    STATIC_DIR,
+    EmulatorError,
+    PageRoutes,
+    StreamHub,
+    html_safe_json,
+    is_loopback,
+    security_headers,
+    ui_ephemeral,
+)
+from bot.dev.people import Composer, DevUser, rich_text
+from bot.emulator.sender import (
     ACK_TIMEOUT_S,
     MAX_RETRIES,
     NO_ANSWER,
@@ -62,18 +73,7 @@ from bot.dev.delivery import (
     post_signed,
     sign,
 )
-from bot.dev.page import (
-    STATIC_DIR,
-    EmulatorError,
-    PageRoutes,
-    StreamHub,
-    html_safe_json,
-    is_loopback,
-    security_headers,
-    ui_ephemeral,
-)
-from bot.dev.people import Composer, DevUser, rich_text
-from bot.slack.fake import (
+from bot.emulator.slack import (
     BOT_ID,
     BOT_NAME,
     BOT_USER_ID,
@@ -278,7 +278,7 @@ class Emulator(FakeSlack):
         held = self._state.messages.get((channel, message_ts))
         if held is None:
             raise EmulatorError("message_not_found", status=404)
-        found = find_button(held.blocks, action_id, value)
+        found = find_button(held.blocks, action_id=action_id, value=value)
         if found is None:
             raise EmulatorError("button_not_found", status=404)
         block_id, button = found
@@ -288,11 +288,11 @@ class Emulator(FakeSlack):
             user_name=user.name,
             channel=channel,
             channel_name=self._channel_name(channel),
-            message=held,
+            message=held.as_slack(),
+            message_ts=held.ts,
+            thread_ts=held.thread_ts,
             block_id=block_id,
             button=button,
-            action_id=action_id,
-            value=value,
             response_url=response_url,
         )
         body, headers = form_body(payload)

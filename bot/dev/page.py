@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from yarl import URL
 
-from bot.slack.fake import MAX_MESSAGE_TEXT, Ephemeral
+from bot.emulator.slack import MAX_MESSAGE_TEXT, Ephemeral
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.slack.fake import BOT_NAME, BOT_USER_ID
+from bot.emulator.slack import BOT_NAME, BOT_USER_ID
 
 _USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,79}")

@@ -84,7 +84,7 @@ class DevStack:
 
     async def start(self) -> None:
         from bot.dev.emulator import DevUser, Emulator
-        from bot.store.managed import ManagedRedis
+        from bot.emulator.redis_server import ManagedRedis
 
         self.folder.mkdir(parents=True, exist_ok=True)
         env: dict[str, str] = {}
@@ -112,7 +112,7 @@ class DevStack:
         label = "your model"
         if not model_configured(self.environ):
             from bot.dev.demo_model import demo_policy
-            from bot.llm.scripted import ScriptedServer
+            from bot.emulator.model_server import ScriptedServer
 
             model = ScriptedServer(demo_policy())
             await model.start()

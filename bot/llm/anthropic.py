@@ -20,7 +20,6 @@ Errors are translated by ``bot.llm.errors`` and transient ones retried by
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,13 +43,11 @@ from bot.agent.messages import (
 )
 from bot.errors import ModelError, ModelUnavailableError
 from bot.llm.attempts import HttpModelClient, Sink
-from bot.llm.errors import error_from_response, malformed, read_error
-from bot.llm.retry import RetryPolicy
+from bot.llm.errors import error_from_response, malformed
 from bot.llm.surrogates import clean, clean_arguments, encode
-from bot.llm.wire import FragmentCache, LastJson, dumps
+from bot.llm.wire import FragmentCache, dumps
 
 ANTHROPIC_VERSION = "2023-06-01"
-DEFAULT_REQUEST_TIMEOUT_S = 300.0
 MAX_TEMPERATURE = 1.0  # Anthropic's range is 0-1; a setting shared with OpenAI may be higher
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 
@@ -225,30 +222,19 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 class AnthropicClient(HttpModelClient):
     """One model on the Anthropic Messages API (the core's ``Client``)."""
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        base_url: str,
-        http: httpx.AsyncClient,
-        api_key: str | None = None,
-        temperature: float | None = None,
-        retry: RetryPolicy | None = None,
-        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-        name: str | None = None,
-    ) -> None:
-        super().__init__(
-            model=model, http=http, retry=retry, request_timeout_s=request_timeout_s, name=name
-        )
-        self._url = api_url(base_url, "messages")
-        self._headers = {
-            "content-type": "application/json",
-            "accept": "application/json",
-            **auth_headers(api_key),
-        }
-        self._temperature = None if temperature is None else min(temperature, MAX_TEMPERATURE)
-        self._tools_json = LastJson(render_tools)
-        self._system_json = LastJson(render_system)
+    max_temperature = MAX_TEMPERATURE
+
+    def endpoint(self, base_url: str) -> str:
+        return api_url(base_url, "messages")
+
+    def key_headers(self, api_key: str | None) -> dict[str, str]:
+        return auth_headers(api_key)
+
+    def render_tools(self, tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+        return render_tools(tools)
+
+    def render_system(self, system: str) -> list[dict[str, Any]]:
+        return render_system(system)
 
     # -- request body -----------------------------------------------------------
 
@@ -277,22 +263,7 @@ class AnthropicClient(HttpModelClient):
         status = ERROR_STATUS.get(str(kind), 500)
         return error_from_response(status, raw, {}, model=self._name)
 
-    async def _plain(self, body: bytes) -> ModelResponse:
-        async with self._http.stream(
-            "POST", self._url, content=body, headers=self._headers
-        ) as response:
-            if response.status_code >= 400:
-                raise await read_error(response, model=self._name)
-            raw = await response.aread()
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise malformed(self._name, "body is not JSON") from None
-        return self._parse(data)
-
-    def _parse(self, data: Any) -> ModelResponse:
-        if not isinstance(data, dict):
-            raise malformed(self._name, "body is not an object")
+    def _parse(self, data: dict[str, Any]) -> ModelResponse:
         if data.get("type") == "error":
             raise self._error(data, clean(dumps(data)))
         content = data.get("content")
@@ -323,11 +294,7 @@ class AnthropicClient(HttpModelClient):
 
     async def _stream(self, body: bytes, sink: Sink) -> ModelResponse:
         state = _Stream(sink=sink)
-        async with self._http.stream(
-            "POST", self._url, content=body, headers=self._headers
-        ) as response:
-            if response.status_code >= 400:
-                raise await read_error(response, model=self._name)
+        async with self._post(body) as response:
             data: list[str] = []
             try:
                 # Read to the end even after message_stop (as the SDK does): the
@@ -368,12 +335,7 @@ class AnthropicClient(HttpModelClient):
     def _event(self, payload: str, state: _Stream) -> None:
         if state.done:
             return
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            raise malformed(self._name, "stream event is not JSON") from None
-        if not isinstance(event, dict):
-            raise malformed(self._name, "stream event is not an object")
+        event = self._json_object(payload, "stream event")
 
         match event.get("type"):
             case "message_start":

@@ -1,6 +1,7 @@
 """One model call as both adapters make it: attempts under an overall timeout, retried
 on transient errors, library errors translated once, and the caller's delta sink kept
-apart from all of that.
+apart from all of that; and ``HttpModelClient``, what the two adapters share (their
+options, headers, the POST and the parsing of a whole JSON answer).
 
 The sink may raise (the repetition detector does, to abort a stream): its exception is
 carried past the translation and retries unchanged and re-raised as is. When a stream
@@ -10,15 +11,22 @@ that already showed text is retried, the sink first gets ``""`` ("start over").
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar
 
 import httpx
 
-from bot.agent.messages import ModelRequest, ModelResponse
+from bot.agent.messages import ModelRequest, ModelResponse, ToolSpec
 from bot.agent.ports import DeltaSink
 from bot.errors import ModelError, ModelUnavailableError
-from bot.llm.errors import error_from_exception, malformed
+from bot.llm.errors import error_from_exception, malformed, read_error
 from bot.llm.retry import RetryPolicy, with_retries
+from bot.llm.wire import LastJson
+
+DEFAULT_REQUEST_TIMEOUT_S = 300.0
+JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
 
 
 class SinkFailed(Exception):
@@ -92,24 +100,55 @@ async def complete_with_retries(
 
 
 class HttpModelClient:
-    """The shared shape of the adapters: ``complete`` renders the body once and runs
-    one plain or streamed attempt under ``complete_with_retries``. Subclasses pass the
-    common settings to ``__init__`` and implement ``body``, ``_plain``, ``_stream``."""
+    """The shared shape of the adapters: one model on one JSON-over-HTTP endpoint.
+
+    The constructor takes the options both adapters have; a subclass says where a request
+    goes (``endpoint``), which headers carry the key (``key_headers``), how its tools and
+    system prompt render (``render_tools``, ``render_system``; the JSON is reused while
+    they stay the same) and the highest temperature it accepts (``max_temperature``).
+    ``complete`` renders the body once and runs one plain or streamed attempt under
+    ``complete_with_retries``; subclasses implement ``body``, ``_parse`` (a whole JSON
+    answer) and ``_stream``, which opens its request with ``_post``."""
+
+    max_temperature: ClassVar[float | None] = None  # the provider's upper bound, if any
 
     def __init__(
         self,
         *,
         model: str,
+        base_url: str,
         http: httpx.AsyncClient,
-        retry: RetryPolicy | None,
-        request_timeout_s: float,
-        name: str | None,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        retry: RetryPolicy | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        name: str | None = None,
     ) -> None:
         self._model = model
         self._name = name or model
         self._http = http
         self._retry = retry or RetryPolicy()
         self._timeout = request_timeout_s
+        self._url = self.endpoint(base_url)
+        self._headers = {**JSON_HEADERS, **self.key_headers(api_key)}
+        if temperature is not None and self.max_temperature is not None:
+            temperature = min(temperature, self.max_temperature)
+        self._temperature = temperature
+        self._tools_json = LastJson(self.render_tools)
+        self._system_json = LastJson(self.render_system)
+
+    def endpoint(self, base_url: str) -> str:
+        """The URL every completion request is posted to."""
+        raise NotImplementedError
+
+    def key_headers(self, api_key: str | None) -> dict[str, str]:
+        raise NotImplementedError
+
+    def render_tools(self, tools: tuple[ToolSpec, ...]) -> Any:
+        raise NotImplementedError
+
+    def render_system(self, system: str) -> Any:
+        raise NotImplementedError
 
     @property
     def name(self) -> str:
@@ -118,8 +157,37 @@ class HttpModelClient:
     def body(self, request: ModelRequest) -> bytes:
         raise NotImplementedError
 
+    @asynccontextmanager
+    async def _post(self, body: bytes) -> AsyncIterator[httpx.Response]:
+        """The response to ``body``, unread; an error status is raised as a model error."""
+        async with self._http.stream(
+            "POST", self._url, content=body, headers=self._headers
+        ) as response:
+            if response.status_code >= 400:
+                raise await read_error(response, model=self._name)
+            yield response
+
     async def _plain(self, body: bytes) -> ModelResponse:
+        async with self._post(body) as response:
+            raw = await response.aread()
+        return self._parse_body(raw)
+
+    def _parse_body(self, raw: bytes) -> ModelResponse:
+        return self._parse(self._json_object(raw, "body"))
+
+    def _parse(self, data: dict[str, Any]) -> ModelResponse:
         raise NotImplementedError
+
+    def _json_object(self, raw: str | bytes, what: str) -> dict[str, Any]:
+        """``raw`` (a body, a stream chunk or event) parsed; anything but a JSON object
+        is a malformed answer."""
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise malformed(self._name, f"{what} is not JSON") from None
+        if not isinstance(value, dict):
+            raise malformed(self._name, f"{what} is not an object")
+        return value
 
     async def _stream(self, body: bytes, sink: Sink) -> ModelResponse:
         raise NotImplementedError

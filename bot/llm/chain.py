@@ -1,7 +1,8 @@
 """The model chain: ``LLM_MODEL`` followed by ``LLM_FALLBACK_MODELS``.
 
-Parsing follows DESIGN.md exactly: a bare name uses the primary's endpoint and provider;
-only the ``openai:`` and ``anthropic:`` prefixes select another endpoint
+Parsing follows the README ("Model configuration") exactly: a bare name uses the
+primary's endpoint and provider; only the ``openai:`` and ``anthropic:`` prefixes select
+another endpoint
 (``OPENAI_BASE_URL``/``OPENAI_API_KEY`` or ``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``).
 Anything else with a colon (``llama3.1:8b``) is a bare name. The agent core walks the
 chain forward on transient failures, each model at most once per job.

@@ -13,12 +13,10 @@ lone surrogates replaced (``surrogates.py``), so they can be sent again.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from bot.agent.messages import (
     INVALID_TOOL_NAME,
@@ -37,12 +35,9 @@ from bot.agent.messages import (
 )
 from bot.errors import ModelUnavailableError
 from bot.llm.attempts import HttpModelClient, Sink
-from bot.llm.errors import error_from_response, malformed, read_error
-from bot.llm.retry import RetryPolicy
+from bot.llm.errors import error_from_response, malformed
 from bot.llm.surrogates import clean, clean_arguments, encode
-from bot.llm.wire import FragmentCache, LastJson, PrefixCache, dumps
-
-DEFAULT_REQUEST_TIMEOUT_S = 300.0
+from bot.llm.wire import FragmentCache, PrefixCache, dumps
 
 
 def render_function(call: ToolCall) -> dict[str, str]:
@@ -98,9 +93,9 @@ _MESSAGES = FragmentCache(render_message)
 _HISTORY = PrefixCache(_MESSAGES)
 
 
-def _uses_max_completion_tokens(base_url: str) -> bool:
+def _uses_max_completion_tokens(url: str) -> bool:
     """OpenAI and Azure take ``max_completion_tokens``; most compatible servers ``max_tokens``."""
-    host = urlsplit(base_url).hostname or ""
+    host = urlsplit(url).hostname or ""
     return host == "api.openai.com" or host.endswith(".openai.azure.com")
 
 
@@ -119,33 +114,22 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 class OpenAIClient(HttpModelClient):
     """One model on one OpenAI-compatible endpoint (the core's ``Client``)."""
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        base_url: str,
-        http: httpx.AsyncClient,
-        api_key: str | None = None,
-        temperature: float | None = None,
-        retry: RetryPolicy | None = None,
-        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-        name: str | None = None,
-    ) -> None:
-        super().__init__(
-            model=model, http=http, retry=retry, request_timeout_s=request_timeout_s, name=name
-        )
-        self._url = base_url.rstrip("/") + "/chat/completions"
-        self._headers = {
-            "content-type": "application/json",
-            "accept": "application/json",
-            **auth_headers(api_key),
-        }
-        self._temperature = temperature
-        self._max_key = (
-            "max_completion_tokens" if _uses_max_completion_tokens(base_url) else "max_tokens"
-        )
-        self._tools_json = LastJson(render_tools)
-        self._system_json = LastJson(lambda system: {"role": "system", "content": system})
+    def endpoint(self, base_url: str) -> str:
+        return base_url.rstrip("/") + "/chat/completions"
+
+    def key_headers(self, api_key: str | None) -> dict[str, str]:
+        return auth_headers(api_key)
+
+    def render_tools(self, tools: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
+        return render_tools(tools)
+
+    def render_system(self, system: str) -> dict[str, str]:
+        return {"role": "system", "content": system}
+
+    @cached_property
+    def _max_key(self) -> str:
+        """The body's name for the output bound (the endpoint's host decides)."""
+        return "max_completion_tokens" if _uses_max_completion_tokens(self._url) else "max_tokens"
 
     # -- request body -----------------------------------------------------------
 
@@ -171,25 +155,7 @@ class OpenAIClient(HttpModelClient):
 
     # -- the call ---------------------------------------------------------------
 
-    async def _plain(self, body: bytes) -> ModelResponse:
-        async with self._http.stream(
-            "POST", self._url, content=body, headers=self._headers
-        ) as response:
-            if response.status_code >= 400:
-                raise await read_error(response, model=self._name)
-            raw = await response.aread()
-        return self._parse_body(raw)
-
-    def _parse_body(self, raw: bytes) -> ModelResponse:
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise malformed(self._name, "body is not JSON") from None
-        return self._parse(data)
-
-    def _parse(self, data: Any) -> ModelResponse:
-        if not isinstance(data, dict):
-            raise malformed(self._name, "body is not an object")
+    def _parse(self, data: dict[str, Any]) -> ModelResponse:
         if "error" in data and not data.get("choices"):
             raise error_from_response(500, clean(dumps(data)), {}, model=self._name)
         choices = data.get("choices")
@@ -225,11 +191,7 @@ class OpenAIClient(HttpModelClient):
         usage: Usage | None = None
         model: str | None = None
         done = False
-        async with self._http.stream(
-            "POST", self._url, content=body, headers=self._headers
-        ) as response:
-            if response.status_code >= 400:
-                raise await read_error(response, model=self._name)
+        async with self._post(body) as response:
             if "json" in response.headers.get("content-type", ""):
                 # A server that ignores ``stream`` answers with a whole completion.
                 whole = self._parse_body(await response.aread())
@@ -246,12 +208,7 @@ class OpenAIClient(HttpModelClient):
                     # Read on to the end of the body so the connection can be reused.
                     done = True
                     continue
-                try:
-                    chunk = json.loads(payload)
-                except ValueError:
-                    raise malformed(self._name, "stream chunk is not JSON") from None
-                if not isinstance(chunk, dict):
-                    raise malformed(self._name, "stream chunk is not an object")
+                chunk = self._json_object(payload, "stream chunk")
                 if "error" in chunk:
                     raise error_from_response(500, payload, {}, model=self._name)
                 model = model or chunk.get("model")

@@ -1,1 +1,12 @@
-"""The Slack edge: the bolt app, Web API client use and, for tests and dev mode, a fake Slack."""
+"""The Slack edge: listeners for events and actions, rendering, and the two transports.
+
+``app.py`` (the bolt app, the message listeners: the ack path), ``actions.py`` (the
+buttons), ``notifier.py`` (how a job shows itself: ``bot.turns.ports.Notifier``),
+``progress.py`` / ``streaming.py`` / ``answers.py`` / ``blocks.py`` / ``blockkit.py`` /
+``updates.py`` (rendering and paced edits), ``policy.py`` (who may click), ``gate.py`` and
+``inbound.py`` (what is let in), ``identity.py`` (auth.test), ``client.py`` (the
+scrubbing Web API client), ``http.py`` (``opsloop serve``) and ``socket.py`` (``opsloop
+socket``). It talks to jobs through ``bot.turns`` only: no store operations, no keys
+(store record types are read for their fields). Not here: building the service
+(``bot.service``), imitations of Slack (``bot.emulator``).
+"""

@@ -1,10 +1,13 @@
-"""Interactivity: the Approve/Deny, Stop and Continue buttons, and the cards.
+"""Interactivity: the Approve/Deny, Stop and Continue buttons, and the cards' edits.
 
-Button values are never trusted: they only name an approval or a job, which is looked up
-in Redis and the clicker re-checked against the approver policy (``policy.py``). A click
-is answered after its decision is persisted (bolt's ``process_before_response``); Slack
-calls that follow (card edits, ephemeral notes) run in the background, cards through the
-workspace's paced ``chat.update`` budget, ahead of progress updates.
+Button values are never trusted: they only name an approval or a job, which ``Turns``
+looks up and judges (``bot.turns.controls``: unknown, out of date, already decided,
+expired, stale), the clicker re-checked against the approver policy (``policy.py``);
+this module only renders the verdict. A click is answered after its decision is
+persisted (bolt's ``process_before_response``); Slack calls that follow (card edits,
+ephemeral notes) run in the background, cards through the workspace's paced
+``chat.update`` budget, ahead of progress updates. Cards are posted by
+``bot.slack.notifier``; their edits (a decision, an expiry, a reminder) are made here.
 """
 
 from __future__ import annotations
@@ -12,27 +15,28 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, assert_never
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.state import StopReason
 from bot.errors import StoreError
-from bot.slack.blocks import approval_card, decided_card, ending_message, reminder_message
+from bot.slack.blocks import decided_card, ending_message, reminder_message
 from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
-from bot.store.approvals import REFUSED_EXPIRED, REFUSED_STALE, ApprovalRecord, refusal_text
-from bot.store.jobs import JobRecord, JobStatus
-from bot.store.ledger import LedgerRecord
+from bot.store.approvals import ApprovalRecord
+from bot.store.jobs import JobRecord
+from bot.turns.controls import UNKNOWN_CARD, Accepted, Refused, Verdict
 from bot.turns.runner import Turns
 
 log = logging.getLogger(__name__)
 
 
 _JOB_ID = re.compile(rf"^{JOB_ID}$")
+UNRECORDED = "the decision could not be recorded (storage unavailable); try again"
 
 
 def _field(body: dict[str, Any], part: str, name: str) -> str | None:
@@ -55,7 +59,7 @@ def clicker(body: dict[str, Any]) -> tuple[str, str | None]:
 
 @dataclass
 class Interactions:
-    """The bolt listeners of the buttons, and the Turns hooks that show cards."""
+    """The bolt listeners of the buttons, and the scanner's hooks that edit cards."""
 
     client: AsyncWebClient
     budget: UpdateBudget
@@ -63,14 +67,6 @@ class Interactions:
     policy: ApproverPolicy
     schedule: Callable[[str], None]  # run or resume a job in the background
     background: Callable[[Coroutine[Any, Any, Any], str], None]
-
-    async def post_card(self, record: JobRecord, approval: ApprovalRecord) -> None:
-        """Post the approval card of a paused job (cards go before progress updates)."""
-        card = approval_card(approval, approvers=self.policy.approvers)
-        reply = await self.client.chat_postMessage(
-            channel=record.channel, thread_ts=record.thread_ts, text=card.text, blocks=card.blocks
-        )
-        await self.turns.approvals.set_card(approval.job_id, approval.call_id, str(reply["ts"]))
 
     async def remind(self, approval: ApprovalRecord) -> None:
         """Recall a card still pending, once, in its thread (the scanner's hook)."""
@@ -97,7 +93,7 @@ class Interactions:
         if approval.status == "pending":
             return False
         if approval.card_ts is None:  # never posted: no card can be showing buttons
-            await self.turns.approvals.card_edited(approval.job_id, approval.call_id)
+            await self.turns.card_edited(approval.job_id, approval.call_id)
             return True
         at = approval.decided_at or time.time()
         message = decided_card(approval, approval.status, approval.decided_by, at)
@@ -111,23 +107,13 @@ class Interactions:
             self.budget.submit(channel, ts, message, urgent=True)
             return False
         try:
-            await self.turns.approvals.card_edited(approval.job_id, approval.call_id)
+            await self.turns.card_edited(approval.job_id, approval.call_id)
         except StoreError:
             log.info("card %s edited; settling it is left to a scan", ts, exc_info=True)
         return True
 
     async def card_expired(self, approval: ApprovalRecord) -> None:
         self.edit_card(approval)
-
-    async def tell_unknown(self, record: JobRecord, entries: Sequence[LedgerRecord]) -> None:
-        names = ", ".join(sorted({f"`{e.tool}`" for e in entries if e.tool})) or "a change"
-        text = (
-            f":warning: {names} was started before an interruption and its outcome is "
-            "unknown. It will not be run again automatically: verify before retrying."
-        )
-        await self.client.chat_postMessage(
-            channel=record.channel, thread_ts=record.thread_ts, text=text
-        )
 
     async def _tell(self, body: dict[str, Any], text: str) -> None:
         """An ephemeral note to the clicker (best effort)."""
@@ -155,69 +141,53 @@ class Interactions:
         await ack()
         await self._decide(body, action, "denied")
 
-    async def _decide(self, body: dict[str, Any], action: dict[str, Any], outcome: Any) -> None:
+    async def _decide(
+        self, body: dict[str, Any], action: dict[str, Any], outcome: Literal["approved", "denied"]
+    ) -> None:
         user, team_id = clicker(body)
         job_id, _, call_id = str(action.get("value") or "").partition("|")
         container = body.get("container")
         message_ts = str((container if isinstance(container, dict) else {}).get("message_ts") or "")
+
+        async def authorize(approval: ApprovalRecord) -> str | None:
+            return await self.policy.may_decide(
+                user,
+                requester=approval.requester,
+                destructive=approval.category == "destructive",
+                team_id=team_id,
+            )
+
         try:
-            refusal = await self._check_decision(user, team_id, job_id, call_id, message_ts)
-            result = None
-            if refusal is None:
-                result = await self.turns.approvals.decide(
-                    job_id, call_id, outcome=outcome, by=user, args_hash=None, now=time.time()
+            verdict: Verdict = (
+                await self.turns.decide(
+                    job_id,
+                    call_id,
+                    outcome=outcome,
+                    by=user,
+                    card_ts=message_ts or None,
+                    authorize=authorize,
                 )
-                if result is None:
-                    refusal = "this card is no longer valid"
-                elif not result.won:
-                    refusal = result.refusal or "this approval was already decided"
+                if valid_job_id(job_id)
+                else Refused("unknown", UNKNOWN_CARD)
+            )
         except StoreError:
             log.warning("could not record a decision", exc_info=True)
-            refusal = "the decision could not be recorded (storage unavailable); try again"
-        if refusal is not None or result is None:
-            self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
+            self._later(self._tell(body, f"Nothing changed: {UNRECORDED}."), "ephemeral")
             return
-        self.edit_card(result.record)
-        self.schedule(job_id)
-
-    async def _check_decision(
-        self, user: str, team_id: str | None, job_id: str, call_id: str, message_ts: str
-    ) -> str | None:
-        """Why ``user`` may not decide this card now, or ``None``. The button's value
-        only names the approval; everything else is looked up here."""
-        valid = valid_job_id(job_id) and call_id
-        approval = await self.turns.approvals.get(job_id, call_id) if valid else None
-        if approval is None:
-            return "this card is no longer valid"
-        if approval.card_ts and message_ts and message_ts != approval.card_ts:
-            return "this card is out of date"
-        if approval.status != "pending":
-            return refusal_text(approval)
-        if time.time() >= approval.expires_at:
-            return REFUSED_EXPIRED
-        record = await self.turns.jobs.get(job_id)
-        pending = record.progress.pending if record is not None else None
-        current = pending.approval if pending is not None else None
-        if (
-            record is None
-            or record.status is not JobStatus.AWAITING_APPROVAL
-            or current is None
-            or current.call_id != call_id
-            or current.args_hash != approval.args_hash
-        ):
-            return REFUSED_STALE
-        return await self.policy.may_decide(
-            user,
-            requester=approval.requester,
-            destructive=approval.category == "destructive",
-            team_id=team_id,
-        )
+        match verdict:
+            case Accepted(record=decided):
+                self.edit_card(decided)
+                self.schedule(job_id)
+            case Refused(text=why):
+                self._later(self._tell(body, f"Nothing changed: {why}."), "ephemeral")
+            case _:
+                assert_never(verdict)
 
     async def _steerer(self, body: dict[str, Any], job_id: str) -> str | None:
         """The clicker of Stop or Continue if they may steer the job the button names
         (its requester or an approver); otherwise they are told why and ``None``."""
         user, team_id = clicker(body)
-        record = await self.turns.jobs.get(job_id) if valid_job_id(job_id) else None
+        record = await self.turns.job(job_id) if valid_job_id(job_id) else None
         refusal = (
             "this job no longer exists"
             if record is None

@@ -6,7 +6,7 @@ request passes here first, in this order, and bolt only sees what got through:
 
 1. **Size.** A ``Content-Length`` over ``MAX_BODY_BYTES`` (1 MiB) is refused at once,
    unread; a body without one is read only until it passes the limit (aiohttp's
-   ``client_max_size``, which ``SlackBot.web_app`` sets to the same bound).       → 413
+   ``client_max_size``, which ``bot.slack.http.web_app`` sets to the same bound).       → 413
 2. **Signature**, on the raw body, before anything is parsed: Slack's v0 signature
    (``slack_sdk.signature.SignatureVerifier``: HMAC-SHA256 of ``v0:{ts}:{body}``,
    compared in constant time). Both headers present, an integer timestamp within

@@ -8,7 +8,7 @@ Two levels, checked in this order by ``bot.slack.gate`` once the signature holds
   ``event_callback``, ``actions`` on a click, ``challenge`` on ``url_verification``.
   A body that fails here could not have come from Slack, and bolt would crash on it.
 * **Our listeners' fields** (``listener_problem``): for ``app_mention`` and ``message``
-  events the fields ``SlackBot._on_mention`` / ``_on_message`` read (ids as strings,
+  events the fields ``Messages.on_mention`` / ``on_message`` read (ids as strings,
   ``ts`` shaped like Slack's, since it becomes a Redis key and is compared as a number);
   for clicks on our buttons (``bot.slack.blocks``' action ids) the clicker, the
   container and the button's value (Approve/Deny: ``job_id|call_id``; Stop/Continue: a
@@ -112,7 +112,7 @@ class Envelope(Ids):
 
 
 class ChatEvent(_Shape):
-    """``app_mention`` and ``message`` as ``SlackBot._on_mention``/``_on_message`` read
+    """``app_mention`` and ``message`` as ``Messages.on_mention``/``on_message`` read
     them; every field may be absent (the listener then ignores the event)."""
 
     channel: ChannelId | None = None

@@ -1,15 +1,20 @@
-"""The inject queue: thread replies typed while a job runs, on one Redis Stream per thread.
+"""A thread's inject stream: what people say in a thread, on its way into the conversation.
 
-Receiving (``InjectQueue``, used by the Slack listener before it acks Slack) is one Lua
-script over the thread's three keys (one hash tag, so it also runs on Redis Cluster):
-duplicate Slack deliveries are recognised by message ts in ``inject:seen`` (ts → stream
-id) and change nothing; otherwise the reply is XADDed, ``inject:seq`` is incremented in
-the same step, and all three keys get the history's TTL. The script also creates the
-consumer group ``loop`` at id 0 when it is missing, so a reply received before any job
-read the stream is still delivered.
+One Redis Stream per thread (``inject``), with ``inject:seen`` (Slack message ts → stream
+id) and ``inject:seq`` (the receipt count), all under the thread's hash tag so every
+script also runs on Redis Cluster. Two classes touch it, one per side:
 
-Reading (``RedisInject``, the core's ``Inject`` port for one running job) happens at the
-start of every iteration, in one MULTI, in this order:
+- writing: ``bot.store.receipt.Receipts``, on the ack path before Slack gets its answer.
+  ``receive`` takes in a human message (and starts a job for it unless one is live);
+  ``append`` adds an entry that starts no job (a thread's earlier messages, as context
+  for a mention). Both run ``APPEND_STEPS`` (below) inside one Lua script: a duplicate
+  Slack delivery is recognised by its ts in ``inject:seen`` and changes nothing;
+  otherwise the entry is XADDed, ``inject:seq`` is incremented in the same step, and all
+  three keys get the history's TTL. The script also creates the consumer group ``loop``
+  at id 0 when it is missing, so an entry received before any job read the stream is
+  still delivered.
+- reading: ``InjectReader`` (this module), the core's ``Inject`` port for one running
+  job, at the start of every iteration, in one MULTI, in this order:
 
 1. this consumer's own pending entries (``XREADGROUP … 0``): what a consumer of the same
    name read before a restart and never acknowledged. Only while that is not known to be
@@ -58,7 +63,7 @@ from redis.exceptions import ResponseError
 
 from bot.agent.ports import Injected
 from bot.store.connection import translated
-from bot.store.keys import HISTORY_TTL_S, LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread
+from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +76,11 @@ _CURSOR_START = "0-0"
 # Fields of a stream entry.
 F_TS, F_TEXT, F_AUTHOR, F_SEQ = "ts", "text", "author", "seq"
 
-# The receipt of one message into a thread's inject stream, shared with the ack path's
-# script (``receipt.py``). KEYS: 1 stream, 2 seen, 3 seq. ARGV: 1 ts, 2 text, 3 author
+# Appending one entry to a thread's inject stream, a part of both scripts of
+# ``bot.store.receipt``. KEYS: 1 stream, 2 seen, 3 seq. ARGV: 1 ts, 2 text, 3 author
 # ('' for none), 4 ttl (s), 5 group. Creates the group if missing, XADDs with the next
 # receipt number, remembers ts → entry id, refreshes the keys' TTL.
-RECEIVE_STEPS = """
+APPEND_STEPS = """
 local made = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[5], '0', 'MKSTREAM')
 if type(made) == 'table' and made.err and string.sub(made.err, 1, 9) ~= 'BUSYGROUP' then
   return made
@@ -93,42 +98,6 @@ for i = 1, 3 do
 end
 """
 
-# Same KEYS and ARGV; idempotent by ts. Returns 1, or 0 for a message received before.
-_RECEIVE = (
-    """
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  return 0
-end
-"""
-    + RECEIVE_STEPS
-    + """
-return 1
-"""
-)
-
-
-class InjectQueue:
-    """The receiving side of one thread's inject stream."""
-
-    def __init__(self, redis: aioredis.Redis, keys: Keys, thread: Thread) -> None:
-        self._redis = redis
-        self._keys = (keys.inject(thread), keys.inject_seen(thread), keys.inject_seq(thread))
-        self._script = redis.register_script(_RECEIVE)
-
-    async def receive(self, *, ts: str, text: str, author: str | None) -> bool:
-        """Persist a reply; False when this Slack message (``ts``) was received before."""
-        async with translated("inject receive"):
-            added = await self._script(
-                keys=list(self._keys), args=[ts, text, author or "", HISTORY_TTL_S, GROUP]
-            )
-        return bool(added)
-
-    async def seq(self) -> int:
-        """How many replies this thread has received (within the keys' TTL)."""
-        async with translated("inject seq"):
-            value = await self._redis.get(self._keys[2])
-        return int(value or 0)
-
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
@@ -136,7 +105,7 @@ class _Entry:
     fields: dict[str, str]
 
 
-class RedisInject:
+class InjectReader:
     """The core's ``Inject`` port over a thread's stream, for one running job.
 
     ``consumer`` names this reader in the group; a process that restarts with the same

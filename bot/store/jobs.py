@@ -40,19 +40,28 @@ from bot.store.keys import JOB_TTL_S, Keys, Thread
 
 
 class JobStatus(StrEnum):
+    """A job's status: ``queued`` and ``running``, which only a job has, then every
+    ``StopReason`` under its own name and value (``of`` maps a reason to its status).
+
+    The values are taken from ``StopReason`` so the two cannot drift apart; the members
+    are spelled out so type checkers know them, and ``tests/store/test_job_status_parity.py``
+    fails when a ``StopReason`` has no status here. Live: ``queued``, ``running``,
+    ``awaiting_approval``; every other status is final.
+    """
+
     QUEUED = "queued"
     RUNNING = "running"
-    AWAITING_APPROVAL = "awaiting_approval"
-    COMPLETED = "completed"
-    INCOMPLETE = "incomplete"
-    LIMIT_ITERATIONS = "limit_iterations"
-    LIMIT_TOKENS = "limit_tokens"
-    LIMIT_DEADLINE = "limit_deadline"
-    LOOP = "loop"
-    STALLED = "stalled"
-    NO_ACTION = "no_action"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+    AWAITING_APPROVAL = StopReason.AWAITING_APPROVAL.value
+    COMPLETED = StopReason.COMPLETED.value
+    INCOMPLETE = StopReason.INCOMPLETE.value
+    LIMIT_ITERATIONS = StopReason.LIMIT_ITERATIONS.value
+    LIMIT_TOKENS = StopReason.LIMIT_TOKENS.value
+    LIMIT_DEADLINE = StopReason.LIMIT_DEADLINE.value
+    LOOP = StopReason.LOOP.value
+    STALLED = StopReason.STALLED.value
+    NO_ACTION = StopReason.NO_ACTION.value
+    FAILED = StopReason.FAILED.value
+    CANCELLED = StopReason.CANCELLED.value
 
     @property
     def final(self) -> bool:
@@ -64,6 +73,7 @@ class JobStatus(StrEnum):
 
     @classmethod
     def of(cls, reason: StopReason) -> JobStatus:
+        """The status of a job whose run stopped for ``reason``."""
         return cls(reason.value)
 
 

@@ -1,8 +1,9 @@
-"""Receiving one human message on the ack path, in one round trip.
+"""Receipts: the writing side of every thread's inject stream, on the ack path.
 
-A Slack message that the bot must take in (a mention, or a reply in a thread that holds
-a conversation) is persisted by one Lua script over the thread's keys (one hash tag, so
-it also runs on Redis Cluster), before Slack gets its answer:
+``Receipts.receive`` takes in one human message in one round trip. A Slack message that
+the bot must take in (a mention, or a reply in a thread that holds a conversation) is
+persisted by one Lua script over the thread's keys (one hash tag, so it also runs on
+Redis Cluster), before Slack gets its answer:
 
 1. already received (its ``ts`` is in the thread's ``inject:seen``): a duplicate —
    Slack's retry, or the ``app_mention``/``message`` twin of one post — changes
@@ -12,13 +13,17 @@ it also runs on Redis Cluster), before Slack gets its answer:
    job yet: a reply right after the mention, before its job wrote any history, counts)
    is ignored, nothing written;
 3. otherwise the message is XADDed to the thread's inject stream (``inject.py``'s
-   receipt, idempotent by ``ts``) and, unless the thread's current job is live
+   ``APPEND_STEPS``, idempotent by ``ts``) and, unless the thread's current job is live
    (``queued``, ``running``, ``awaiting_approval``: it takes the message in at its next
    iteration boundary), a new ``queued`` job is created in the same step.
 
 The scanner's process-wide index of live jobs is a separate key (not thread-tagged), so
 the caller adds a created job to it in a second command (``Jobs.index``); a crash
 between the two leaves a queued job that Slack's retry (a duplicate, case 1) indexes.
+
+``Receipts.append`` adds an entry that starts no job (a thread's earlier messages, the
+context of a mention in a thread the bot was not part of): the same steps, idempotent by
+``ts``, with no job and no conversation check. ``count`` is the thread's receipt count.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Literal
 import redis.asyncio as aioredis
 
 from bot.store.connection import translated
-from bot.store.inject import GROUP, RECEIVE_STEPS
+from bot.store.inject import APPEND_STEPS, GROUP
 from bot.store.jobs import JobLimits, JobRecord, JobStatus, job_prefixes, new_job
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, Keys, Thread
 
@@ -57,7 +62,7 @@ if ARGV[6] == '1' and redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
   return {'ignored', '', ''}
 end
 """
-    + RECEIVE_STEPS
+    + APPEND_STEPS
     + """
 local id, status = current()
 if status == 'queued' or status == 'running' or status == 'awaiting_approval' then
@@ -72,6 +77,21 @@ redis.call('HSET', key, 'status', 'queued', 'fence', '0', 'data', data)
 redis.call('EXPIRE', key, ARGV[9])
 redis.call('SET', KEYS[5], id, 'EX', ARGV[9])
 return {'created', id, 'queued'}
+"""
+)
+
+
+# KEYS: 1 inject stream, 2 inject:seen, 3 inject:seq. ARGV: 1 ts, 2 text, 3 author ('' for
+# none), 4 ttl (s), 5 group. Returns 1, or 0 for a message received before.
+_APPEND = (
+    """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  return 0
+end
+"""
+    + APPEND_STEPS
+    + """
+return 1
 """
 )
 
@@ -93,13 +113,17 @@ class Receipt:
         )
 
 
-class Receiver:
+class Receipts:
+    """Everything written to the threads' inject streams (see the module docstring)."""
+
     def __init__(
         self, redis: aioredis.Redis, keys: Keys, *, now: Callable[[], float] = time.time
     ) -> None:
+        self._redis = redis
         self._keys = keys
         self._now = now
         self._script = redis.register_script(_RECEIVE)
+        self._append = redis.register_script(_APPEND)
 
     async def receive(
         self,
@@ -151,6 +175,22 @@ class Receiver:
             status=JobStatus(_str(status)) if _str(status) else None,
             record=record,
         )
+
+    async def append(self, thread: Thread, *, ts: str, text: str, author: str | None) -> bool:
+        """Add an entry that starts no job; False when ``ts`` was received before."""
+        keys = self._keys
+        async with translated("inject receive"):
+            added = await self._append(
+                keys=[keys.inject(thread), keys.inject_seen(thread), keys.inject_seq(thread)],
+                args=[ts, text, author or "", HISTORY_TTL_S, GROUP],
+            )
+        return bool(added)
+
+    async def count(self, thread: Thread) -> int:
+        """How many entries this thread's stream has received (within the keys' TTL)."""
+        async with translated("inject seq"):
+            value = await self._redis.get(self._keys.inject_seq(thread))
+        return int(value or 0)
 
 
 def _str(value: object) -> str:

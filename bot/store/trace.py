@@ -14,12 +14,13 @@ last ``MAX_TRACE_ENTRIES`` entries (``LTRIM`` on every append).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Annotated, Literal, assert_never
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated, Any, Literal, Self, assert_never
 
 import redis.asyncio as aioredis
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -63,38 +64,64 @@ def bound_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     return text[: max(limit - len(note), 0)] + note
 
 
+def _secs(value: float) -> float:
+    return round(value, 6)
+
+
 BoundedText = Annotated[str, AfterValidator(bound_text)]
+Seconds = Annotated[float, AfterValidator(_secs)]  # to the microsecond
 
 
 class _Entry(BaseModel):
+    """A stored entry. Its fields are its own schema (``extra="forbid"``, versioned), but
+    one named like a field of the event it records (or of what the event carries) means
+    the same and is copied from there (``of``); only the rest is filled in by hand."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: int = TRACE_SCHEMA_VERSION
     at: float  # epoch seconds when the recorder saw the event
 
+    @classmethod
+    def of(cls, source: object, *, at: float, **own: Any) -> Self:
+        """The entry for ``source``: every field it shares by name, ``own`` for the rest."""
+        if isinstance(source, BaseModel):
+            names: Iterable[str] = type(source).model_fields
+        elif dataclasses.is_dataclass(source):
+            names = (field.name for field in dataclasses.fields(source))
+        else:
+            raise TypeError(f"not an event: {source!r}")
+        shared = (cls.model_fields.keys() - _ENTRY_FIELDS) & set(names)
+        return cls(at=at, **{name: getattr(source, name) for name in shared}, **own)
+
+
+_ENTRY_FIELDS = frozenset({*_Entry.model_fields, "kind"})  # an event's ``kind`` is not ours
+
 
 class ModelCallEntry(_Entry):
-    """One model request, successful or not (``usage`` is None when it failed)."""
+    """One model request, successful or not (``usage`` is None when it failed):
+    ``ModelRequestEnd``, and the attempt its ``ModelRequestStart`` named."""
 
     kind: Literal["model_call"] = "model_call"
     iteration: int
     model: str
     attempt: int | None = None
-    duration_s: float
+    duration_s: Seconds
     usage: Usage | None = None
     tool_calls: int = 0
     error: BoundedText | None = None
 
 
 class ToolEntry(_Entry):
-    """One tool call: run (``ran``) or refused before running (unknown, invalid, denied)."""
+    """One tool call: run (``ran``) or refused before running (unknown, invalid, denied):
+    ``ToolEnd`` (less its one-line summary), and the arguments its ``ToolStart`` had."""
 
     kind: Literal["tool"] = "tool"
     call_id: str
     tool: str
     ran: bool
     is_error: bool
-    duration_s: float
+    duration_s: Seconds
     output_chars: int
     dry_run: bool = False
     confirmed_by: str | None = None  # the Slack user id that approved the call
@@ -102,7 +129,7 @@ class ToolEntry(_Entry):
 
 
 class ApprovalEntry(_Entry):
-    """The run paused to ask a human about a call."""
+    """The run paused to ask a human about a call (``ApprovalRequested.approval``)."""
 
     kind: Literal["approval"] = "approval"
     call_id: str
@@ -142,7 +169,7 @@ class CondenseEntry(_Entry):
 
 
 class EndEntry(_Entry):
-    """The run ended or paused; totals are the job's so far."""
+    """The run ended or paused; totals are the job's so far (``RunEnd.result``)."""
 
     kind: Literal["end"] = "end"
     stop_reason: StopReason
@@ -242,37 +269,12 @@ class TraceRecorder:
                 self._arguments[event.call_id] = bound_text(args)
                 return None
             case ModelRequestEnd():
-                return ModelCallEntry(
-                    at=self._clock(),
-                    iteration=event.iteration,
-                    model=event.model,
-                    attempt=self._attempt,
-                    duration_s=_secs(event.duration_s),
-                    usage=event.usage,
-                    tool_calls=event.tool_calls,
-                    error=event.error,
-                )
+                return ModelCallEntry.of(event, at=self._clock(), attempt=self._attempt)
             case ToolEnd():
-                return ToolEntry(
-                    at=self._clock(),
-                    call_id=event.call_id,
-                    tool=event.tool,
-                    ran=event.ran,
-                    is_error=event.is_error,
-                    duration_s=_secs(event.duration_s),
-                    output_chars=event.output_chars,
-                    dry_run=event.dry_run,
-                    confirmed_by=event.confirmed_by,
-                    arguments=self._arguments.pop(event.call_id, None),
-                )
+                arguments = self._arguments.pop(event.call_id, None)
+                return ToolEntry.of(event, at=self._clock(), arguments=arguments)
             case ApprovalRequested():
-                approval = event.approval
-                return ApprovalEntry(
-                    at=self._clock(),
-                    call_id=approval.call_id,
-                    tool=approval.tool,
-                    args_hash=approval.args_hash,
-                )
+                return ApprovalEntry.of(event.approval, at=self._clock())
             case InjectedMessages():
                 return InjectEntry(
                     at=self._clock(), count=len(event.ids), ids=list(event.ids[:MAX_INJECT_IDS])
@@ -292,23 +294,10 @@ class TraceRecorder:
                 return CondenseEntry(at=self._clock(), error=event.error)
             case RunEnd():
                 result = event.result
-                return EndEntry(
-                    at=self._clock(),
-                    stop_reason=result.stop_reason,
-                    error=result.error,
-                    iterations=result.iterations,
-                    model_calls=result.model_calls,
-                    tool_executions=result.tool_executions,
-                    usage=result.usage,
-                    model=result.model,
-                    pending_call_id=result.approval.call_id if result.approval else None,
-                )
+                pending = result.approval.call_id if result.approval else None
+                return EndEntry.of(result, at=self._clock(), pending_call_id=pending)
             case _:
                 assert_never(event)
-
-
-def _secs(value: float) -> float:
-    return round(value, 6)
 
 
 def queue_append(pipe: Pipeline, keys: Keys, job_id: str, entries: Sequence[str]) -> None:

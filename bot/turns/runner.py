@@ -1,7 +1,9 @@
 """Running a thread's job: lease, job state, the AgentConfig, the run, the ending.
 
-The Slack edge persists what must not be lost (``receive``: the job as ``queued`` and
-the message in the thread's inject stream) and schedules ``run_job``. The runner takes
+``Turns`` is everything the Slack edge asks of the jobs; the edge never touches the
+store itself. It persists what must not be lost (``receive``: the job as ``queued`` and
+the message in the thread's inject stream, after the thread's earlier messages when a
+mention brings the bot into a thread) and schedules ``run_job``. The runner takes
 the thread's lease (or leaves the job to whoever holds it), resumes the job from its
 saved progress with its remaining budget, and ends it atomically with a look at the
 inject stream: a reply that arrived after the loop's last read starts a new job.
@@ -10,7 +12,8 @@ like a reply, so there is one path into the history.
 
 Approvals: the core's ``confirm`` creates the pending approval (``bot.store.approvals``)
 and the job pauses as ``awaiting_approval``; once it is saved and the lease released,
-``on_paused`` posts the card. Whoever wins the decision calls ``run_job`` again, which
+the notifier (``bot.turns.ports``) posts the card. A click is judged by ``decide``
+(``bot.turns.controls``); whoever wins the decision calls ``run_job`` again, which
 resumes the job with the decision. Stop: ``stop`` ends a job nobody runs (queued or
 awaiting approval) at once, and otherwise sets the job's cancel flag (read with every
 checkpoint) and publishes it, so the process running the job cancels its token
@@ -28,7 +31,6 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -48,18 +50,21 @@ from bot.agent.ports import (
 from bot.agent.state import StopReason
 from bot.agent.tools import Tool
 from bot.errors import HandedOver, StoreError
-from bot.store.approvals import ApprovalRecord, Approvals, to_decision
+from bot.store.approvals import ApprovalRecord, Approvals, Outcome, to_decision
 from bot.store.artifacts import RedisArtifacts
-from bot.store.connection import StoreConflict
-from bot.store.history import RedisHistory
-from bot.store.inject import RedisInject
-from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus, LimitRaise, Via
+from bot.store.connection import translated
+from bot.store.history import RedisHistory, holds_conversation
+from bot.store.inject import InjectReader
+from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus, Via
 from bot.store.keys import Keys, Thread
 from bot.store.lease import Lease, LeaseKeeper, Leases
-from bot.store.ledger import LedgerRecord, RedisLedger
-from bot.store.receipt import Receipt, Receiver
+from bot.store.ledger import RedisLedger
+from bot.store.receipt import Receipt, Receipts
 from bot.store.session import JobSession
 from bot.store.trace import TraceRecorder
+from bot.turns import controls
+from bot.turns.controls import Authorize, StopOutcome, Verdict, stopped_by
+from bot.turns.ports import JobSink, Notifier
 from tools.registry import Catalog
 
 log = logging.getLogger(__name__)
@@ -70,18 +75,6 @@ TOOLS_META = "tools"  # the job's tool names, space-separated (``Turns._tools_of
 def process_name() -> str:
     """A consumer name unique to this process (inject stream ownership)."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class JobSink(Protocol):
-    """A job's progress reporter: receives the run's events, then ``aclose``.
-    ``status_ts`` is its status message (kept in the job so a resumed run edits it)."""
-
-    @property
-    def status_ts(self) -> str | None: ...
-
-    def __call__(self, event: Event) -> None: ...
-
-    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,25 +88,11 @@ class TurnSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class StopOutcome:
-    """What ``stop`` did: ``cancelled`` at once (nobody ran the job), ``signalled`` to
-    the process running it, or the job had already ``ended``."""
+class LiveCounts:
+    """What the whole workspace has open (every process), read from the indexes."""
 
-    kind: Literal["cancelled", "signalled", "ended"]
-    record: JobRecord | None
-    approval: ApprovalRecord | None = None  # the pending card it cancelled
-
-
-LIMIT_FIELDS: dict[JobStatus, tuple[Literal["iterations", "tokens", "deadline"], str]] = {
-    JobStatus.LIMIT_ITERATIONS: ("iterations", "max_iterations"),
-    JobStatus.LIMIT_TOKENS: ("tokens", "token_budget"),
-    JobStatus.LIMIT_DEADLINE: ("deadline", "deadline_s"),
-}
-
-
-def stopped_by(user: str) -> str:
-    """The cancel reason naming who pressed Stop (the ending shows it)."""
-    return f"stopped by <@{user}>"
+    jobs: int  # queued, running or awaiting approval
+    pending_approvals: int
 
 
 @dataclass(kw_only=True)
@@ -128,19 +107,12 @@ class Turns:
     settings: TurnSettings
     condense: Condense | None = None
     consumer: str = field(default_factory=process_name)
-    # The Slack edge's hooks: a visible ack for taken-in replies; a progress sink
-    # opened for each job once this process holds its lease (it posts or takes over
-    # the status message) and closed when the run is over; the approval card, posted
-    # once the paused job is saved; a note to people about calls whose outcome an
-    # interruption made unknown.
-    on_visible_ack: Callable[[Thread, Sequence[Injected]], Awaitable[None]] | None = None
-    progress: Callable[[JobRecord], Awaitable[JobSink]] | None = None
-    on_paused: Callable[[JobRecord, ApprovalRecord], Awaitable[None]] | None = None
-    on_unknown_outcome: Callable[[JobRecord, Sequence[LedgerRecord]], Awaitable[None]] | None = None
+    # How jobs show themselves in their threads (the Slack edge); None: headless.
+    notifier: Notifier | None = None
 
     jobs: Jobs = field(init=False)
     leases: Leases = field(init=False)
-    receiver: Receiver = field(init=False)
+    receipts: Receipts = field(init=False)
     approvals: Approvals = field(init=False)
     ledger: RedisLedger = field(init=False)
     running: dict[str, CancelToken] = field(init=False, default_factory=dict)
@@ -151,20 +123,37 @@ class Turns:
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.redis, self.keys)
         self.leases = Leases(self.redis, self.keys)
-        self.receiver = Receiver(self.redis, self.keys)
+        self.receipts = Receipts(self.redis, self.keys)
         self.approvals = Approvals(self.redis, self.keys)
         self.ledger = RedisLedger(self.redis, self.keys)
 
     # -- the ack path ---------------------------------------------------------------
 
     async def receive(
-        self, thread: Thread, *, ts: str, user: str, text: str, reply: bool = False
+        self,
+        thread: Thread,
+        *,
+        ts: str,
+        user: str,
+        text: str,
+        reply: bool = False,
+        context: Callable[[], Awaitable[str | None]] | None = None,
     ) -> Receipt:
         """Persist a human message (one script, see ``bot.store.receipt``): into the
         thread's inject stream, and a new ``queued`` job unless one is live. A ``reply``
         (not a mention) is taken only in a thread that holds a conversation. When the
-        receipt ``needs_run``, the job is in the scanner's index and the caller runs it."""
-        receipt = await self.receiver.receive(
+        receipt ``needs_run``, the job is in the scanner's index and the caller runs it.
+
+        A mention inside a thread the bot has not been part of: ``context`` (the
+        thread's earlier messages, or None) is asked for, and enters first."""
+        if context is not None and not reply and thread.thread_ts != ts:
+            if not await holds_conversation(self.redis, self.keys, thread):
+                earlier = await context()
+                if earlier:
+                    await self.receipts.append(
+                        thread, ts=f"{ts}:context", text=earlier, author=None
+                    )
+        receipt = await self.receipts.receive(
             thread,
             ts=ts,
             user=user,
@@ -218,7 +207,8 @@ class Turns:
                 if decision is None:
                     return None
                 via = "decision"
-            reporter = await self.progress(record) if self.progress is not None else None
+            notifier = self.notifier
+            reporter = await notifier.open_progress(record) if notifier is not None else None
             meta = record.meta
             if reporter is not None and reporter.status_ts:
                 # Saved with the start: a process taking the job over after a crash edits
@@ -261,14 +251,14 @@ class Turns:
 
     async def _paused(self, job_id: str, result: RunResult) -> None:
         """The job is saved as awaiting approval and its lease released: show the card."""
-        if result.approval is None or self.on_paused is None:
+        if result.approval is None or self.notifier is None:
             return
         await self.post_card(job_id, result.approval.call_id)
 
     async def post_card(self, job_id: str, call_id: str) -> bool:
         """Post the card of a pending approval unless it is in the thread or someone is
         posting it (see ``Approvals.claim_card``); whether this call posted it."""
-        if self.on_paused is None:
+        if self.notifier is None:
             return False
         if not await self.approvals.claim_card(job_id, call_id, now=time.time()):
             return False  # already posted (e.g. a re-ask after a crash), or being posted
@@ -276,46 +266,72 @@ class Turns:
         approval = await self.approvals.get(job_id, call_id)
         if record is None or approval is None:
             return False
-        await self.on_paused(record, approval)
+        card_ts = await self.notifier.post_card(record, approval)
+        await self.approvals.set_card(job_id, call_id, card_ts)
         return True
 
-    # -- Stop and Continue ---------------------------------------------------------
+    async def card_edited(self, job_id: str, call_id: str) -> None:
+        """A decided card was edited to show its decision (or never posted): the edit it
+        owed is settled, and no scan redoes it."""
+        await self.approvals.card_edited(job_id, call_id)
+
+    # -- what the edge reads --------------------------------------------------------
+
+    async def job(self, job_id: str) -> JobRecord | None:
+        """The job's record (who started it, its status), or None."""
+        return await self.jobs.get(job_id)
+
+    async def live_counts(self) -> LiveCounts:
+        """Live jobs and pending approvals in the whole workspace (one round trip)."""
+        async with translated("metrics"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zcard(self.keys.active_jobs())
+                pipe.zcard(self.keys.approval_expiries())
+                live, pending = await pipe.execute()
+        return LiveCounts(jobs=int(live), pending_approvals=int(pending))
+
+    async def ping(self) -> None:
+        """Whether the store answers: returns, or raises ``StoreError``."""
+        async with translated("health check"):
+            await self.redis.ping()
+
+    # -- Approve, Deny, Stop and Continue (``bot.turns.controls``) -----------------
+
+    async def decide(
+        self,
+        job_id: str,
+        call_id: str,
+        *,
+        outcome: Outcome,
+        by: str,
+        card_ts: str | None,
+        authorize: Authorize,
+        args_hash: str | None = None,
+    ) -> Verdict:
+        """Judge a click on an approval card and record the decision it makes, or say
+        why it makes none (see ``bot.turns.controls``). ``authorize`` is the clicker's
+        permission, asked once every other check passed."""
+        return await controls.decide(
+            self.approvals,
+            self.jobs,
+            job_id,
+            call_id,
+            outcome=outcome,
+            by=by,
+            card_ts=card_ts,
+            authorize=authorize,
+            args_hash=args_hash,
+        )
 
     async def stop(self, job_id: str, by: str) -> StopOutcome:
         """Stop the job on behalf of ``by``: at once if nobody runs it, else by flag and
         signal (the running loop ends it ``cancelled``)."""
-        for _ in range(3):
-            record = await self.jobs.get(job_id)
-            if record is None or record.status.final:
-                return StopOutcome("ended", record)
-            if record.status is JobStatus.RUNNING:
-                await self.jobs.request_cancel(job_id, by)
-                return StopOutcome("signalled", record)
-            try:
-                saved = await self.jobs.save(
-                    record,
-                    JobStatus.CANCELLED,
-                    fence=record.fence,
-                    stop_reason=StopReason.CANCELLED.value,
-                    error=stopped_by(by),
-                )
-            except StoreConflict:
-                continue  # it changed meanwhile (picked up, decided): look again
-            approval = None
-            pending = record.progress.pending
-            if pending is not None and pending.approval is not None:
-                decided = await self.approvals.decide(
-                    job_id,
-                    pending.approval.call_id,
-                    outcome="cancelled",
-                    by=by,
-                    args_hash=None,
-                    now=time.time(),
-                )
-                approval = decided.record if decided is not None and decided.won else None
-            return StopOutcome("cancelled", saved, approval)
-        await self.jobs.request_cancel(job_id, by)
-        return StopOutcome("signalled", await self.jobs.get(job_id))
+        return await controls.stop(self.approvals, self.jobs, job_id, by)
+
+    async def raise_limit(self, job_id: str, by: str, *, seq: int | None = None) -> JobRecord | str:
+        """Continue a job stopped by a limit (its limit raised by its original value,
+        once per button); the new record, or why not."""
+        return await controls.raise_limit(self.jobs, job_id, by, seq=seq)
 
     async def listen_for_stops(self, ready: asyncio.Event | None = None) -> None:
         """Cancel local runs when someone presses Stop anywhere (pub/sub); reconnects
@@ -343,43 +359,6 @@ class Turns:
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
-
-    async def raise_limit(self, job_id: str, by: str, *, seq: int | None = None) -> JobRecord | str:
-        """Continue a job stopped by a limit: raise that limit by its original value,
-        record who did, and make the job runnable; the new record, or why not.
-
-        ``seq`` is the number of raises the job had when the clicked Continue was shown:
-        each button raises once (a replay, or the button of an earlier ending, finds
-        more raises recorded and changes nothing). ``None``: a button from before
-        buttons carried it."""
-        record = await self.jobs.get(job_id)
-        if record is None:
-            return "this job no longer exists"
-        if seq is not None and seq != len(record.raises):
-            return "this Continue was already used; only the latest ending's button continues"
-        if not record.status.limit:
-            return f"the job is {record.status.value.replace('_', ' ')}, not stopped by a limit"
-        name, field_name = LIMIT_FIELDS[record.status]
-        raised = sum(r.amount for r in record.raises if r.limit == name)
-        current = float(getattr(record.limits, field_name))
-        original = current - raised
-        amount = int(original) if field_name != "deadline_s" else original
-        limits = record.limits.model_copy(
-            update={field_name: type(getattr(record.limits, field_name))(current + amount)}
-        )
-        raises = [*record.raises, LimitRaise(limit=name, amount=amount, by=by, at=time.time())]
-        try:
-            return await self.jobs.save(
-                record,
-                JobStatus.RUNNING,
-                fence=record.fence,
-                via="raise",
-                limits=limits,
-                raises=raises,
-                stop_reason=None,
-            )
-        except StoreConflict:
-            return "someone else continued or changed this job first"
 
     def _tools_of(self, record: JobRecord) -> list[Tool]:
         """The job's tools: the names saved in ``meta`` when it first ran, so a catalogue
@@ -456,10 +435,10 @@ class Turns:
             return Pending() if stored.status == "pending" else to_decision(stored)
 
         async def visible_ack(items: Sequence[Injected]) -> None:
-            if self.on_visible_ack is not None:
-                await self.on_visible_ack(thread, items)
+            if self.notifier is not None:
+                await self.notifier.acknowledge(thread, items)
 
-        inject = RedisInject(
+        inject = InjectReader(
             self.redis,
             self.keys,
             thread,
@@ -518,7 +497,7 @@ class Turns:
     async def _report_unknown_outcomes(self, record: JobRecord) -> JobRecord:
         """Tell people about mutating calls an interruption left without a result (once
         per call); the loop tells the model when it meets them."""
-        if self.on_unknown_outcome is None or not record.progress.call_ids:
+        if self.notifier is None or not record.progress.call_ids:
             return record
         told = set(filter(None, record.meta.get("unknown_told", "").split(",")))
         entries = await self.ledger.entries(record.id)
@@ -529,7 +508,7 @@ class Turns:
         }
         if not unknown:
             return record
-        await self.on_unknown_outcome(record, list(unknown.values()))
+        await self.notifier.tell_unknown(record, list(unknown.values()))
         told.update(unknown)
         return record.model_copy(
             update={"meta": {**record.meta, "unknown_told": ",".join(sorted(told))}}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from bot.agent import RecoveryPolicy
-from bot.agent.recovery import Action
+from bot.agent.model_failure_recovery import Action
 from bot.errors import (
     ContextOverflowError,
     ModelError,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from bot.agent import InMemoryHistory, StopReason, run
 from bot.agent.events import StreamDelta
-from bot.agent.repetition import MAX_PERIOD, WINDOW_BYTES, RepetitionDetector
+from bot.agent.stream_repetition import MAX_PERIOD, WINDOW_BYTES, RepetitionDetector
 from bot.agent.testing import ScriptedModel, call, calls, text
 
 from .conftest import Recorder, echo_tool, make_config

@@ -38,9 +38,10 @@ from bot.agent import (
 from bot.dev import service
 from bot.dev.demo_model import demo_policy, restart_intent
 from bot.dev.demo_tools import TOOL_NAMES, write_tools_file
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Reply, ScriptedRequest
 from bot.llm.chain import ModelChain
 from bot.llm.openai import OpenAIClient
-from bot.llm.scripted import Reply, ScriptedRequest, ScriptedServer
 from bot.prompts import default_prompt
 from tools.registry import build_catalog
 

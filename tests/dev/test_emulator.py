@@ -43,7 +43,7 @@ from bot.dev.emulator import (
     EmulatorError,
     html_safe_json,
 )
-from bot.slack.fake import BOT_USER_ID, MAX_MESSAGE_TEXT
+from bot.emulator.slack import BOT_USER_ID, MAX_MESSAGE_TEXT
 from tests.e2e import harness
 
 SECRET = "dev-test-signing-secret"

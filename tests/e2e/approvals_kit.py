@@ -15,9 +15,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.slack import BOT_USER_ID, FakeSlack, Message
 from bot.slack.blocks import ACTION_STOP
-from bot.slack.fake import BOT_USER_ID, FakeSlack, Message
 from bot.store.keys import Keys, Thread, thread_of
 
 from .harness import BotProcess, block_actions_body, click_body, find_button

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.slack import FakeSlack
 from tests.e2e.harness import SERVE_ARGV, BotProcess, ScriptedModel, bot_env
 
 HELP_TIMEOUT_S = 60.0

@@ -5,7 +5,9 @@ Two halves, both usable without pytest:
 * **Requests as Slack sends them** — ``sign`` (v0 signatures), ``event_body`` (the
   ``event_callback`` envelope) with ``mention`` / ``reply`` / ``message`` / ``twin`` for the
   inner events, and ``block_actions_body`` / ``click_body`` for form-encoded interactivity.
-  These are pure functions of their arguments (plus the clock for timestamps and ids).
+  These are pure functions of their arguments (plus the clock for timestamps and ids); the
+  signing, envelopes and ``block_actions`` payloads are ``bot.emulator.sender``'s, the one
+  implementation the dev emulator sends with too.
 * **The bot** — ``BotProcess`` runs ``python -m bot serve`` as a child process with an
   explicit environment (nothing leaks in from the developer's shell), waits for
   ``GET /healthz`` to answer 200, posts signed requests to ``/slack/events`` and stops it
@@ -19,8 +21,6 @@ model should say. Fixtures wiring these together live in ``conftest.py``.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import itertools
 import json
 import os
@@ -32,13 +32,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import urlencode
 
 import httpx
 
-from bot.llm.scripted import Answer, Fault, Policy, ScriptedRequest, ScriptedServer
-from bot.slack.fake import BOT_USER_ID, TEAM_ID, FakeSlack
-from bot.store.managed import ManagedRedis, free_port
+from bot.emulator import sender
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.redis_server import ManagedRedis, free_port
+from bot.emulator.scripted import Answer, Fault, Policy, ScriptedRequest
+from bot.emulator.sender import FORM, JSON, sign
+from bot.emulator.sender import new_event_id as new_event_id
+from bot.emulator.sender import retried as retried
+from bot.emulator.slack import BOT_USER_ID, TEAM_ID, FakeSlack
 
 SIGNING_SECRET = "e2e-signing-secret"
 BOT_TOKEN = "xoxb-test"
@@ -57,27 +61,11 @@ REQUEST_TIMEOUT_S = 10.0  # a hang guard: Slack itself gives up after 3 s
 BIND_ATTEMPTS = 3  # a free port can be taken between choosing it and the bind
 OUTPUT_TAIL_CHARS = 20_000
 
-JSON = "application/json"
-FORM = "application/x-www-form-urlencoded"
-
 # Variables the child keeps from our environment: enough to run Python, nothing that
 # configures opsloop, Slack, the model or a proxy.
 _INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "VIRTUAL_ENV")
 
-# ---- signatures -------------------------------------------------------------------------
-
-
-def sign(body: bytes, secret: str, *, timestamp: int | None = None) -> dict[str, str]:
-    """Slack's v0 signature headers for ``body``: HMAC-SHA256 over ``v0:{ts}:{body}``."""
-    ts = str(int(time.time()) if timestamp is None else timestamp)
-    base = b"v0:" + ts.encode() + b":" + body
-    digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
-    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}"}
-
-
-def retried(headers: Mapping[str, str], num: int = 1, reason: str = "http_error") -> dict[str, str]:
-    """``headers`` plus the markers Slack adds to a redelivery."""
-    return {**headers, "X-Slack-Retry-Num": str(num), "X-Slack-Retry-Reason": reason}
+# ---- signatures (``sign``, ``retried``: bot.emulator.sender) ------------------------------
 
 
 def content_type(body: bytes) -> str:
@@ -95,11 +83,6 @@ def new_ts() -> str:
     global _last_ts_us
     _last_ts_us = max(time.time_ns() // 1_000, _last_ts_us + 1)
     return f"{_last_ts_us // 1_000_000}.{_last_ts_us % 1_000_000:06d}"
-
-
-def new_event_id() -> str:
-    """A unique event id shaped like Slack's (``Ev`` and upper-case alphanumerics)."""
-    return "Ev" + uuid.uuid4().hex[:12].upper()
 
 
 # ---- events -----------------------------------------------------------------------------
@@ -187,32 +170,14 @@ def event_body(
     event_time: int | None = None,
 ) -> bytes:
     """The ``event_callback`` envelope around ``event``, as the JSON bytes Slack posts."""
-    envelope = {
-        "token": "legacy-verification-token",
-        "team_id": team,
-        "api_app_id": api_app_id,
-        "event": dict(event),
-        "type": "event_callback",
-        "event_id": event_id or new_event_id(),
-        "event_time": int(time.time()) if event_time is None else event_time,
-        "authorizations": [
-            {
-                "enterprise_id": None,
-                "team_id": team,
-                "user_id": BOT_USER_ID,
-                "is_bot": True,
-                "is_enterprise_install": False,
-            }
-        ],
-        "is_ext_shared_channel": False,
-        "event_context": "4-" + uuid.uuid4().hex,
-    }
-    return json.dumps(envelope).encode()
+    return sender.event_body(
+        event, event_id, team=team, api_app_id=api_app_id, event_time=event_time
+    )
 
 
 def url_verification_body(challenge: str) -> bytes:
     """The request Slack sends when the events URL is set; the app must echo ``challenge``."""
-    body = {"token": "legacy-verification-token", "challenge": challenge}
+    body = {"token": sender.VERIFICATION_TOKEN, "challenge": challenge}
     return json.dumps({**body, "type": "url_verification"}).encode()
 
 
@@ -246,41 +211,28 @@ def block_actions_body(
 
     ``message`` is the clicked message in Slack's shape (defaults to a bare one).
     """
-    container: dict[str, Any] = {
-        "type": "message",
-        "message_ts": message_ts,
-        "channel_id": channel,
-        "is_ephemeral": False,
-    }
-    if thread_ts is not None:
-        container["thread_ts"] = thread_ts
     clicked = dict(message) if message is not None else {"type": "message", "ts": message_ts}
-    payload = {
-        "type": "block_actions",
-        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": team},
-        "api_app_id": api_app_id,
-        "token": "legacy-verification-token",
-        "container": container,
-        "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
-        "team": {"id": team, "domain": "opsloop"},
-        "enterprise": None,
-        "is_enterprise_install": False,
-        "channel": {"id": channel, "name": channel.lower()},
-        "message": clicked,
-        "state": {"values": {}},
-        "response_url": response_url,
-        "actions": [
-            {
-                "type": "button",
-                "action_id": action_id,
-                "block_id": block_id or uuid.uuid4().hex[:5],
-                "text": {"type": "plain_text", "text": text, "emoji": True},
-                "value": value,
-                "action_ts": new_ts(),
-            }
-        ],
+    button = {
+        "action_id": action_id,
+        "value": value,
+        "text": {"type": "plain_text", "text": text, "emoji": True},
     }
-    return urlencode({"payload": json.dumps(payload)}).encode()
+    payload = sender.block_actions(
+        user_id=user,
+        user_name=user.lower(),
+        channel=channel,
+        channel_name=channel.lower(),
+        message=clicked,
+        message_ts=message_ts,
+        thread_ts=thread_ts,
+        block_id=block_id or uuid.uuid4().hex[:5],
+        button=button,
+        response_url=response_url,
+        team=team,
+        api_app_id=api_app_id,
+    )
+    body, _ = sender.form_body(payload)
+    return body
 
 
 def find_button(
@@ -288,22 +240,12 @@ def find_button(
     *,
     action_id: str | None = None,
     text: str | None = None,
-) -> tuple[str | None, dict[str, Any]]:
+) -> tuple[str, dict[str, Any]]:
     """The first button in ``blocks`` matching ``action_id`` and/or its visible ``text``
     (exact, or a prefix such as ``"Continue"``), with the ``block_id`` holding it."""
-    for block in blocks or ():
-        elements = list(block.get("elements") or [])
-        if isinstance(block.get("accessory"), Mapping):
-            elements.append(block["accessory"])
-        for element in elements:
-            if not isinstance(element, Mapping) or element.get("type") != "button":
-                continue
-            label = str((element.get("text") or {}).get("text", ""))
-            if action_id is not None and element.get("action_id") != action_id:
-                continue
-            if text is not None and not label.startswith(text):
-                continue
-            return block.get("block_id"), dict(element)
+    found = sender.find_button(blocks, action_id=action_id, text=text)
+    if found is not None:
+        return found
     raise LookupError(f"no button with action_id={action_id!r} text={text!r} in the blocks")
 
 

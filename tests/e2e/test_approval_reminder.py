@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.slack.fake import FakeSlack
+from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import answered, call_then_answer, click, texts, tools_yml, wait_card
 from .conftest import StartBot

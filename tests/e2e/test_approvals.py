@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
-from bot.slack.fake import FakeSlack
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import answered, call_then_answer, click, runs, texts, tools_yml, wait_card
 from .conftest import StartBot

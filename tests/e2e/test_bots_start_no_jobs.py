@@ -9,9 +9,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import answered, tools_yml
 from .conftest import StartBot

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from bot.slack.fake import FakeSlack
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.slack import FakeSlack
 from bot.store.keys import Keys
-from bot.store.managed import ManagedRedis
 
 from .approvals_kit import (
     call_then_answer,

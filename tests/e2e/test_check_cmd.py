@@ -14,8 +14,8 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from bot.agent.redact import REDACTED
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis, free_port
+from bot.emulator.redis_server import ManagedRedis, free_port
+from bot.emulator.slack import FakeSlack
 from tests.tools.packs.backends import (  # noqa: F401  (alertmanager_server is a fixture)
     AlertmanagerServer,
     alertmanager_server,

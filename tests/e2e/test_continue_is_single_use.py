@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import first_job, job_hash, tools_yml, wait_status, wait_until
 from .conftest import StartBot

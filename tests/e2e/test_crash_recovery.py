@@ -9,8 +9,8 @@ import re
 import time
 from pathlib import Path
 
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import (
     call_then_answer,

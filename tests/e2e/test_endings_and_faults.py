@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.llm.scripted import Fault, Reply, ScriptedCall, ScriptedRequest
-from bot.slack.fake import FakeSlack
+from bot.emulator.scripted import Fault, Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.slack import FakeSlack
 
 from .conftest import StartBot
 from .harness import ScriptedModel, mention

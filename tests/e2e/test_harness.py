@@ -17,9 +17,9 @@ import pytest
 from slack_bolt.request.internals import parse_body
 from slack_sdk.signature import SignatureVerifier
 
-from bot.llm.scripted import Fault, Reply, ScriptedRequest
-from bot.slack.fake import BOT_USER_ID, FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Fault, Reply, ScriptedRequest
+from bot.emulator.slack import BOT_USER_ID, FakeSlack
 from tests.e2e.conftest import StartBot
 from tests.e2e.harness import (
     FORM,

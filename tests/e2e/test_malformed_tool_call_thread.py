@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import answered, first_job, runs, texts, tools_yml, wait_until
 from .conftest import StartBot

@@ -18,11 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.llm.scripted import Reply, ScriptedRequest
-from bot.slack.fake import FakeSlack
+from bot.emulator.scripted import Reply, ScriptedRequest
+from bot.emulator.slack import FakeSlack
 
 from ..tools.mcp.conftest import npm_server
-
 from .approvals_kit import (
     answered,
     call_then_answer,

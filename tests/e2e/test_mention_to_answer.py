@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.slack import FakeSlack
 
 from .conftest import StartBot
 from .harness import ScriptedModel, mention, new_event_id, reply, sign, steps, twin

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.llm.scripted import Fault, Reply, ScriptedCall
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Fault, Reply, ScriptedCall
+from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import texts, tools_yml, wait_card, wait_until
 from .conftest import StartBot

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.llm.scripted import Fault
-from bot.slack.fake import FakeSlack
+from bot.emulator.scripted import Fault
+from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import texts
 from .conftest import StartBot

@@ -16,10 +16,10 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from bot.llm.scripted import Reply
-from bot.slack.fake import FakeSlack
-from bot.slack.fake_socket import FakeSocketMode
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Reply
+from bot.emulator.slack import FakeSlack
+from bot.emulator.slack_socket import FakeSocketMode
 
 from .approvals_kit import answered, call_then_answer, runs, texts, tools_yml, wait_card
 from .conftest import StartBot

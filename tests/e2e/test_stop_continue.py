@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.llm.scripted import Policy, Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Policy, Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.slack import FakeSlack
 from bot.slack.blocks import ACTION_CONTINUE, ACTION_STOP
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
 
 from .approvals_kit import (
     call_then_answer,

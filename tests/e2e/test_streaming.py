@@ -17,10 +17,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bot.llm.scripted import Reply, split
+from bot.emulator.scripted import Reply, split
+from bot.emulator.slack import BOT_ID, FakeSlack
+from bot.emulator.slack import Message as HeldMessage
 from bot.slack.blockkit import unescape
-from bot.slack.fake import BOT_ID, FakeSlack
-from bot.slack.fake import Message as HeldMessage
 
 from .conftest import StartBot
 from .harness import ScriptedModel, mention, steps

@@ -3,8 +3,8 @@ earlier human messages as context; /metrics counts jobs and tool runs."""
 
 from __future__ import annotations
 
-from bot.llm.scripted import Reply
-from bot.slack.fake import FakeSlack
+from bot.emulator.scripted import Reply
+from bot.emulator.slack import FakeSlack
 
 from .conftest import StartBot
 from .harness import ScriptedModel, mention, message, new_ts, seed, steps

@@ -10,8 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import (
     answered,

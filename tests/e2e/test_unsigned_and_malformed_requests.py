@@ -20,10 +20,10 @@ from urllib.parse import parse_qsl, urlencode
 import httpx
 import redis.asyncio as aioredis
 
-from bot.llm.scripted import Reply
+from bot.emulator.redis_server import ManagedRedis
+from bot.emulator.scripted import Reply
+from bot.emulator.slack import FakeSlack
 from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_STOP
-from bot.slack.fake import FakeSlack
-from bot.store.managed import ManagedRedis
 
 from .conftest import StartBot
 from .harness import (

@@ -13,8 +13,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import DEFAULT_CHUNKS, Policy
 from bot.llm.retry import RetryPolicy
-from bot.llm.scripted import DEFAULT_CHUNKS, Policy, ScriptedServer
 
 FAST_RETRY = RetryPolicy(base_s=0.0)
 """Three tries, no backoff: retries happen at once."""

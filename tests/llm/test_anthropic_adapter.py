@@ -24,6 +24,8 @@ from bot.agent.messages import (
     ToolSpec,
     UserMessage,
 )
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Answer, Fault, Reply, ScriptedCall, ScriptedRequest
 from bot.errors import (
     ContextOverflowError,
     ModelAuthError,
@@ -32,7 +34,6 @@ from bot.errors import (
 )
 from bot.llm.anthropic import AnthropicClient
 from bot.llm.retry import RetryPolicy
-from bot.llm.scripted import Answer, Fault, Reply, ScriptedCall, ScriptedRequest, ScriptedServer
 
 SYSTEM = "You are an SRE assistant."
 TOOLS = (

@@ -20,18 +20,11 @@ import pytest
 from aiohttp import web
 
 from bot.agent.messages import ModelRequest, ToolSpec, UserMessage
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Answer, Fault, Reply, ScriptedCall, ScriptedRequest, split
 from bot.errors import ModelRequestError, ModelUnavailableError
 from bot.llm.anthropic import AnthropicClient
 from bot.llm.retry import RetryPolicy
-from bot.llm.scripted import (
-    Answer,
-    Fault,
-    Reply,
-    ScriptedCall,
-    ScriptedRequest,
-    ScriptedServer,
-    split,
-)
 
 HANG_GUARD_S = 5.0  # turns a hang into a failure; nothing measures time
 TOOLS = (

@@ -30,11 +30,11 @@ from bot.agent import (
     UserMessage,
     run,
 )
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.llm import openai as openai_module
 from bot.llm.anthropic import AnthropicClient
 from bot.llm.chain import ModelChain
 from bot.llm.openai import OpenAIClient
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest
 
 from .conftest import FAST_RETRY, Serve
 

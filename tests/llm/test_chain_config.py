@@ -1,4 +1,4 @@
-"""The model chain from ``LLM_MODEL`` + ``LLM_FALLBACK_MODELS``, parsed as DESIGN.md says.
+"""The model chain from ``LLM_MODEL`` + ``LLM_FALLBACK_MODELS``, parsed as the README says.
 
 A bare name (``llama3.1:8b`` included) uses the primary's endpoint, key and provider;
 only ``openai:`` and ``anthropic:`` select another endpoint (``OPENAI_BASE_URL`` +
@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from bot.agent.messages import ModelRequest, UserMessage
+from bot.emulator.scripted import Reply
 from bot.errors import ConfigError
 from bot.llm.chain import ModelChain, ModelSpec, build_chain, parse_chain
 from bot.llm.openai import OpenAIClient
-from bot.llm.scripted import Reply
 from bot.settings import ANTHROPIC_BASE_URL, OPENAI_BASE_URL, LLMSettings, load_llm_settings
 
 from .conftest import FAST_RETRY, Serve

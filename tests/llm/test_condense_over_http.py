@@ -23,9 +23,10 @@ from bot.agent import (
 )
 from bot.agent.events import CondenseDone, Event
 from bot.agent.testing import StaticChain
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Answer, Fault, Reply, ScriptedRequest
 from bot.llm.condense import INSTRUCTION, SUMMARY_HEADING, ModelCondenser
 from bot.llm.openai import OpenAIClient
-from bot.llm.scripted import Answer, Fault, Reply, ScriptedRequest, ScriptedServer
 
 SYSTEM = "You are an SRE assistant for the payments team. Never guess hostnames."
 TOOL_KEYS = ("tools", "tool_choice", "parallel_tool_calls")

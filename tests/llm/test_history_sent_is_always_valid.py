@@ -24,12 +24,13 @@ from bot.agent.messages import (
     ToolMessage,
     UserMessage,
 )
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Reply, ScriptedRequest
 from bot.errors import ModelRequestError
 from bot.llm import anthropic as anthropic_module
 from bot.llm import openai as openai_module
 from bot.llm.anthropic import AnthropicClient
 from bot.llm.openai import OpenAIClient
-from bot.llm.scripted import Reply, ScriptedRequest, ScriptedServer
 
 from .conftest import FAST_RETRY, Serve
 

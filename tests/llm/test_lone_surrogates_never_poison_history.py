@@ -34,11 +34,12 @@ from bot.agent import (
     run,
 )
 from bot.agent.ports import Client
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Fault, Reply, ScriptedCall, ScriptedRequest
 from bot.errors import ModelError
 from bot.llm.anthropic import AnthropicClient
 from bot.llm.chain import ModelChain
 from bot.llm.openai import OpenAIClient
-from bot.llm.scripted import Fault, Reply, ScriptedCall, ScriptedRequest, ScriptedServer
 from bot.llm.surrogates import clean, clean_arguments, encode
 
 from .conftest import FAST_RETRY, Serve

@@ -35,9 +35,10 @@ from bot.agent import (
 from bot.agent.events import Event, ModelFallback, StreamDelta
 from bot.agent.ports import Client
 from bot.agent.testing import FakeClock
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Fault, Reply, ScriptedCall, ScriptedRequest
 from bot.llm.chain import ModelChain
 from bot.llm.openai import OpenAIClient
-from bot.llm.scripted import Fault, Reply, ScriptedCall, ScriptedRequest, ScriptedServer
 
 from .conftest import FAST_RETRY, Serve, until
 

@@ -18,6 +18,8 @@ import httpx
 import pytest
 
 from bot.agent.messages import ModelRequest, UserMessage
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Fault, Reply, ScriptedRequest
 from bot.errors import (
     ContextOverflowError,
     ModelAuthError,
@@ -26,7 +28,6 @@ from bot.errors import (
 )
 from bot.llm.openai import OpenAIClient
 from bot.llm.retry import RetryPolicy
-from bot.llm.scripted import Fault, Reply, ScriptedRequest, ScriptedServer
 
 from .conftest import FAST_RETRY, HANG_GUARD_S, Serve
 

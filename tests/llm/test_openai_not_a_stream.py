@@ -11,9 +11,10 @@ import pytest
 from aiohttp import web
 
 from bot.agent import ModelRequest, UserMessage
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Reply, ScriptedRequest
 from bot.errors import ModelRequestError
 from bot.llm.openai import OpenAIClient
-from bot.llm.scripted import Reply, ScriptedRequest, ScriptedServer
 
 from .conftest import FAST_RETRY, Serve
 

@@ -34,8 +34,9 @@ from bot.agent.messages import (
     Usage,
     UserMessage,
 )
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.llm.openai import OpenAIClient, render_message
-from bot.llm.scripted import Reply, ScriptedCall, ScriptedRequest, ScriptedServer
 
 from .conftest import FAST_RETRY, Serve
 

@@ -19,9 +19,10 @@ import httpx
 import pytest
 
 from bot.agent.messages import ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage, UserMessage
+from bot.emulator.model_server import ScriptedServer
+from bot.emulator.scripted import Fault, Reply, ScriptedCall, ScriptedRequest
 from bot.errors import ModelUnavailableError
 from bot.llm.openai import OpenAIClient
-from bot.llm.scripted import Fault, Reply, ScriptedCall, ScriptedRequest, ScriptedServer
 
 from .conftest import FAST_RETRY, HANG_GUARD_S, Serve, until
 

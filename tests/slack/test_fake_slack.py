@@ -17,7 +17,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.fake import BOT_ID, BOT_USER_ID, FakeSlack, block_errors
+from bot.emulator.slack import BOT_ID, BOT_USER_ID, FakeSlack, block_errors
 
 TOKEN = "xoxb-test"
 CHANNEL = "C1"

@@ -3,8 +3,8 @@
 Valid requests of each kind Slack sends us are mutated at every field, to every kind of
 wrong value (and removed). For each mutation the gate either answers itself (400: no Slack
 request; 200: nothing our listeners can act on) or hands the request to a real ``AsyncApp``
-configured as ``SlackBot`` configures it (signed, ``process_before_response``, auth.test
-against the fake Slack), whose listeners read the payload exactly as ``SlackBot``'s and
+configured as ``bolt_app`` configures it (signed, ``process_before_response``, auth.test
+against the fake Slack), whose listeners read the payload exactly as ``bot.slack.app``'s and
 ``bot.slack.actions``' do. Nothing may raise, log an error or answer a 5xx.
 """
 
@@ -26,10 +26,10 @@ from slack_bolt.request.internals import parse_body
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.emulator.slack import BOT_USER_ID, FakeSlack
 from bot.errors import StoreError
 from bot.slack.app import HUMAN_SUBTYPES
 from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
-from bot.slack.fake import BOT_USER_ID, FakeSlack
 from bot.slack.gate import Admitted, Gate, acknowledged, inspect, listener_failure, parse
 from bot.store.keys import Thread, thread_of
 from tests.e2e.harness import (
@@ -123,11 +123,11 @@ def encoded(body: dict[str, Any]) -> tuple[str, str]:
     return urlencode({"payload": json.dumps(body)}), "application/x-www-form-urlencoded"
 
 
-# -- listeners that read what SlackBot's and bot.slack.actions' read ----------------------
+# -- listeners that read what bot.slack.app's and bot.slack.actions' read ------------------
 
 
 def on_chat_event(event: dict[str, Any], *, reply: bool) -> None:
-    """``SlackBot._on_mention`` / ``_on_message`` up to the store."""
+    """``Messages.on_mention`` / ``on_message`` up to the store."""
     if reply and (event.get("bot_id") or event.get("subtype") not in HUMAN_SUBTYPES):
         return
     channel, ts, user = event.get("channel"), event.get("ts"), event.get("user")
@@ -157,7 +157,7 @@ def on_click(body: dict[str, Any], action: dict[str, Any], *, approval: bool) ->
 
 @contextlib.asynccontextmanager
 async def bolt_app() -> AsyncIterator[AsyncApp]:
-    """An ``AsyncApp`` set up as ``SlackBot`` sets it up, with look-alike listeners."""
+    """An ``AsyncApp`` set up as ``bolt_app`` sets it up, with look-alike listeners."""
     async with FakeSlack() as slack:
         bolt = AsyncApp(
             client=AsyncWebClient(token="xoxb-test", base_url=slack.api_url),

@@ -25,10 +25,10 @@ from bot.agent.events import (
 from bot.agent.messages import Usage
 from bot.agent.state import RunResult, RunState, StopReason
 from bot.agent.testing import FakeClock
+from bot.emulator.slack import BOT_ID, TEAM_ID, FakeSlack
+from bot.emulator.slack import Message as HeldMessage
 from bot.slack.answers import answer_messages, partial_answer
 from bot.slack.blockkit import unescape, validate
-from bot.slack.fake import BOT_ID, TEAM_ID, FakeSlack
-from bot.slack.fake import Message as HeldMessage
 from bot.slack.progress import JobProgress, budget_sender
 from bot.slack.streaming import AnswerStream, Mode, Pacing, StatusSwitch, ThreadStatus
 from bot.slack.updates import UpdateBudget

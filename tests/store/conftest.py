@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.connection import connect
 from bot.store.keys import Keys, Thread
-from bot.store.managed import ManagedRedis
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,10 @@ from typing import Literal
 import pytest
 import redis.asyncio as aioredis
 
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.approvals import ApprovalRecord, Approvals, DecideResult
 from bot.store.connection import connect
 from bot.store.keys import Keys, Thread
-from bot.store.managed import ManagedRedis
 
 NOW = 1_700_000_000.0
 HASH = "c" * 64

@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bot.agent import Approved, Denied
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.approvals import (
     APPROVAL_RETENTION_S,
     REFUSED_EARLY,
@@ -22,7 +23,6 @@ from bot.store.approvals import (
 )
 from bot.store.connection import StoreUnavailable, connect
 from bot.store.keys import Keys, Thread
-from bot.store.managed import ManagedRedis
 
 NOW = 1_700_000_000.0
 TTL = 3600.0

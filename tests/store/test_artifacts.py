@@ -20,11 +20,11 @@ from bot.agent import (
     run,
 )
 from bot.agent.testing import ScriptedModel, call, calls, text
+from bot.emulator.redis_server import ManagedRedis
 from bot.errors import StoreError
 from bot.store.artifacts import MAX_ARTIFACT_BYTES, RedisArtifacts, capped, parse_ref
 from bot.store.connection import StoreUnavailable, connect
 from bot.store.keys import ARTIFACT_TTL_S, Keys, Thread
-from bot.store.managed import ManagedRedis
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.connection import StoreUnavailable, connect
 from bot.store.dedupe import Dedupe
 from bot.store.keys import Keys
-from bot.store.managed import ManagedRedis
 
 CHANNEL = "C123"
 TS = "1700000000.000100"

@@ -17,10 +17,10 @@ from bot.agent import (
     run,
 )
 from bot.agent.testing import ScriptedModel, call, calls, text
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.connection import StoreUnavailable, connect
 from bot.store.history import RedisHistory, holds_conversation
 from bot.store.keys import HISTORY_TTL_S, Keys, Thread
-from bot.store.managed import ManagedRedis
 from tests.agent.conftest import echo_tool, make_config
 
 

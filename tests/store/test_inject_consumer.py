@@ -25,8 +25,9 @@ from bot.agent import (
 )
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.errors import StoreError
-from bot.store.inject import DEFAULT_CLAIM_IDLE_MS, GROUP, InjectQueue, RedisInject
+from bot.store.inject import DEFAULT_CLAIM_IDLE_MS, GROUP, InjectReader
 from bot.store.keys import Keys, Thread
+from bot.store.receipt import Receipts
 
 TS1, TS2, TS3 = "1700000001.000100", "1700000002.000100", "1700000003.000100"
 
@@ -69,8 +70,8 @@ def reader(
     claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS,
     batch: int = 50,
     clock: Callable[[], float] | None = None,
-) -> RedisInject:
-    return RedisInject(
+) -> InjectReader:
+    return InjectReader(
         redis,
         keys,
         thread,
@@ -84,8 +85,8 @@ def reader(
 
 
 @pytest.fixture
-def queue(redis: aioredis.Redis, keys: Keys, thread: Thread) -> InjectQueue:
-    return InjectQueue(redis, keys, thread)
+def receipts(redis: aioredis.Redis, keys: Keys) -> Receipts:
+    return Receipts(redis, keys)
 
 
 async def test_nothing_received_reads_as_empty(
@@ -97,9 +98,9 @@ async def test_nothing_received_reads_as_empty(
 
 
 async def test_new_replies_are_fetched_once(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="it is nginx", author="U1")
+    await receipts.append(thread, ts=TS1, text="it is nginx", author="U1")
     inject = reader(redis, keys, thread)
 
     first = await inject.fetch()
@@ -111,10 +112,10 @@ async def test_new_replies_are_fetched_once(
 
 
 async def test_ack_xacks_before_the_visible_ack(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="a", author=None)
-    await queue.receive(ts=TS2, text="b", author="U2")
+    await receipts.append(thread, ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS2, text="b", author="U2")
     acks = VisibleAcks(redis, keys.inject(thread))
     inject = reader(redis, keys, thread, on_visible_ack=acks)
 
@@ -129,9 +130,9 @@ async def test_ack_xacks_before_the_visible_ack(
 
 
 async def test_a_failed_xack_shows_no_visible_ack(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
     acks = VisibleAcks(redis, keys.inject(thread))
     inject = reader(redis, keys, thread, on_visible_ack=acks)
     items = await inject.fetch()
@@ -149,13 +150,13 @@ async def test_a_failing_visible_ack_does_not_fail_the_ack(
     redis: aioredis.Redis,
     keys: Keys,
     thread: Thread,
-    queue: InjectQueue,
+    receipts: Receipts,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def broken(items: Sequence[Injected]) -> None:
         raise RuntimeError("reactions.add: ratelimited")
 
-    await queue.receive(ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
     inject = reader(redis, keys, thread, on_visible_ack=broken)
 
     await inject.ack(await inject.fetch())
@@ -165,10 +166,10 @@ async def test_a_failing_visible_ack_does_not_fail_the_ack(
 
 
 async def test_a_restarted_consumer_gets_its_unacked_replies_again(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="a", author=None)
-    await queue.receive(ts=TS2, text="b", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS2, text="b", author=None)
     before = await reader(redis, keys, thread, "p1").fetch()
     # The process dies before acking; it comes back under the same consumer name. A
     # long claim idle time shows the entries come back as its own pending ones.
@@ -183,10 +184,10 @@ async def test_a_restarted_consumer_gets_its_unacked_replies_again(
 
 
 async def test_a_dead_consumers_replies_are_taken_over_and_applied_once(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="a", author=None)
-    await queue.receive(ts=TS2, text="b", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS2, text="b", author=None)
     dead = await reader(redis, keys, thread, "p1").fetch()
     assert len(dead) == 2
     history: list[str] = []
@@ -203,9 +204,9 @@ async def test_a_dead_consumers_replies_are_taken_over_and_applied_once(
 
 
 async def test_replies_are_not_taken_from_a_consumer_before_the_idle_time(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
     assert len(await reader(redis, keys, thread, "p1").fetch()) == 1
 
     patient = reader(redis, keys, thread, "p2", claim_idle_ms=3_600_000)
@@ -213,15 +214,15 @@ async def test_replies_are_not_taken_from_a_consumer_before_the_idle_time(
     assert await pending(redis, keys.inject(thread)) == 1
     # What another consumer holds is not seen: ending the job now would lose it.
     assert patient.held_elsewhere == 1
-    assert patient.seen_seq == 0 < await queue.seq()
+    assert patient.seen_seq == 0 < await receipts.count(thread)
 
 
 async def test_seen_seq_moves_once_nothing_is_held_elsewhere(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
     await reader(redis, keys, thread, "p1").fetch()  # p1 dies holding TS1
-    await queue.receive(ts=TS2, text="b", author=None)
+    await receipts.append(thread, ts=TS2, text="b", author=None)
     heir = reader(redis, keys, thread, "p2", claim_idle_ms=0)
 
     items = await heir.fetch()
@@ -232,10 +233,10 @@ async def test_seen_seq_moves_once_nothing_is_held_elsewhere(
 
 
 async def test_replies_already_in_the_history_are_acked_and_skipped(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="applied before the crash", author=None)
-    await queue.receive(ts=TS2, text="not applied yet", author=None)
+    await receipts.append(thread, ts=TS1, text="applied before the crash", author=None)
+    await receipts.append(thread, ts=TS2, text="not applied yet", author=None)
     await reader(redis, keys, thread, "p1").fetch()
     # p1 appended and flushed TS1, then died before XACK.
     acks = VisibleAcks(redis, keys.inject(thread))
@@ -254,10 +255,10 @@ async def test_replies_already_in_the_history_are_acked_and_skipped(
 
 
 async def test_an_entry_deleted_from_the_stream_is_dropped(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="a", author=None)
-    await queue.receive(ts=TS2, text="b", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS2, text="b", author=None)
     await reader(redis, keys, thread, "p1").fetch()
     [(first_id, _), _] = await redis.xrange(keys.inject(thread))
     await redis.xdel(keys.inject(thread), first_id)
@@ -271,27 +272,27 @@ async def test_an_entry_deleted_from_the_stream_is_dropped(
 
 
 async def test_seen_seq_is_the_receipt_count_covered_by_the_read(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
     inject = reader(redis, keys, thread)
-    await queue.receive(ts=TS1, text="a", author=None)
-    await queue.receive(ts=TS2, text="b", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS2, text="b", author=None)
 
     await inject.ack(await inject.fetch())
-    assert inject.seen_seq == 2 == await queue.seq()
+    assert inject.seen_seq == 2 == await receipts.count(thread)
 
-    await queue.receive(ts=TS3, text="c", author=None)  # after the last read
-    assert await queue.seq() == 3 > inject.seen_seq
+    await receipts.append(thread, ts=TS3, text="c", author=None)  # after the last read
+    assert await receipts.count(thread) == 3 > inject.seen_seq
 
     assert [i.id for i in await inject.fetch()] == [TS3]
     assert inject.seen_seq == 3
 
 
 async def test_a_full_batch_covers_only_what_it_read(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
     for ts in (TS1, TS2, TS3):
-        await queue.receive(ts=ts, text=ts, author=None)
+        await receipts.append(thread, ts=ts, text=ts, author=None)
     inject = reader(redis, keys, thread, batch=2)
 
     first = await inject.fetch()
@@ -305,9 +306,9 @@ async def test_a_full_batch_covers_only_what_it_read(
 
 
 async def test_the_common_case_is_one_round_trip(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
-    await queue.receive(ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
     clock = Clock()
     inject = reader(redis, keys, thread, claim_idle_ms=10_000, clock=clock)
     await inject.ack(await inject.fetch())  # the first fetch checks everything
@@ -326,11 +327,11 @@ async def test_the_common_case_is_one_round_trip(
 
 
 async def test_the_claim_check_is_rate_limited(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
     clock = Clock()
     inject = reader(redis, keys, thread, claim_idle_ms=10_000, clock=clock)
-    await queue.receive(ts=TS1, text="a", author=None)
+    await receipts.append(thread, ts=TS1, text="a", author=None)
     await redis.config_resetstat()
 
     claims = []
@@ -355,12 +356,12 @@ async def check(args: HostArgs, ctx: CallContext) -> str:
 
 
 async def test_a_reply_reaches_the_next_model_request_and_is_acked_once(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
     memory = InMemoryHistory()
     memory.append(UserMessage(content="web-03 is at 95% CPU"))
     acks = VisibleAcks(redis, keys.inject(thread))
-    inject = RedisInject(
+    inject = InjectReader(
         redis,
         keys,
         thread,
@@ -373,7 +374,7 @@ async def test_a_reply_reaches_the_next_model_request_and_is_acked_once(
 
     async def first(request: ModelRequest) -> ModelResponse:
         # A human replies in the thread while the model thinks.
-        await queue.receive(ts=TS1, text="web-01 is fine, skip it", author="U0123ABC")
+        await receipts.append(thread, ts=TS1, text="web-01 is fine, skip it", author="U0123ABC")
         return calls(call("check", "c1", host="web-03"))
 
     model = ScriptedModel([first, text("web-03 checked")])
@@ -400,14 +401,14 @@ async def test_a_reply_reaches_the_next_model_request_and_is_acked_once(
     assert await pending(redis, keys.inject(thread)) == 0
     assert acks.calls == [[Injected(id=TS1, text="web-01 is fine, skip it", author="U0123ABC")]]
     assert acks.pending_at_call == [0]
-    assert inject.seen_seq == await queue.seq() == 1
+    assert inject.seen_seq == await receipts.count(thread) == 1
 
 
 async def test_seen_seq_waits_for_a_restarted_consumers_backlog(
-    redis: aioredis.Redis, keys: Keys, thread: Thread, queue: InjectQueue
+    redis: aioredis.Redis, keys: Keys, thread: Thread, receipts: Receipts
 ) -> None:
     for ts in (TS1, TS2, TS3):
-        await queue.receive(ts=ts, text=ts, author=None)
+        await receipts.append(thread, ts=ts, text=ts, author=None)
     await reader(redis, keys, thread, "p1").fetch()  # dies holding all three
     restarted = reader(redis, keys, thread, "p1", batch=2, claim_idle_ms=3_600_000)
 

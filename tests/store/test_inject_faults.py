@@ -1,4 +1,4 @@
-"""The inject queue under crashes, each test on a redis-server of its own
+"""The inject stream under crashes, each test on a redis-server of its own
 (AOF, ``appendfsync always``): a consumer killed between read and ack, a listener
 killed right after the XADD, Redis itself SIGKILLed and restarted, and Redis down."""
 
@@ -12,10 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from bot.agent import Injected
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.connection import StoreUnavailable, connect
-from bot.store.inject import DEFAULT_CLAIM_IDLE_MS, GROUP, InjectQueue, RedisInject
+from bot.store.inject import DEFAULT_CLAIM_IDLE_MS, GROUP, InjectReader
 from bot.store.keys import Keys, Thread
-from bot.store.managed import ManagedRedis
+from bot.store.receipt import Receipts
 
 TS1, TS2 = "1700000001.000100", "1700000002.000100"
 T = TypeVar("T")
@@ -29,8 +30,8 @@ async def client(fresh_server: ManagedRedis) -> AsyncIterator[aioredis.Redis]:
 
 
 class Job:
-    """The part of a running job that touches the inject queue: a durable history of
-    applied reply ids, fed by ``RedisInject`` the way the loop feeds it."""
+    """The part of a running job that touches the inject stream: a durable history of
+    applied reply ids, fed by ``InjectReader`` the way the loop feeds it."""
 
     def __init__(
         self,
@@ -44,7 +45,7 @@ class Job:
     ) -> None:
         self.history = history  # shared between "processes": it is the durable one
         self.acked: list[Injected] = []
-        self.inject = RedisInject(
+        self.inject = InjectReader(
             redis,
             keys,
             thread,
@@ -81,9 +82,9 @@ async def after_restart(op: Callable[[], Awaitable[T]]) -> T:
 async def test_a_consumer_killed_between_read_and_ack_is_taken_over_once(
     client: aioredis.Redis, keys: Keys, thread: Thread, flushed: bool
 ) -> None:
-    queue = InjectQueue(client, keys, thread)
-    await queue.receive(ts=TS1, text="it is nginx", author="U1")
-    await queue.receive(ts=TS2, text="no restarts", author="U2")
+    receipts = Receipts(client, keys)
+    await receipts.append(thread, ts=TS1, text="it is nginx", author="U1")
+    await receipts.append(thread, ts=TS2, text="no restarts", author="U2")
     history: list[str] = []
 
     doomed = Job(client, keys, thread, "p1", history)
@@ -107,14 +108,14 @@ async def test_a_reply_persisted_before_the_listener_died_reaches_the_job(
     fresh_server: ManagedRedis, keys: Keys, thread: Thread
 ) -> None:
     listener = connect(fresh_server.url)
-    await InjectQueue(listener, keys, thread).receive(ts=TS1, text="it is nginx", author="U1")
+    await Receipts(listener, keys).append(thread, ts=TS1, text="it is nginx", author="U1")
     await listener.aclose()  # the process dies before acking Slack or anything else
 
     worker = connect(fresh_server.url)
     try:
         # Slack retries the delivery to another process: nothing new is stored.
-        assert not await InjectQueue(worker, keys, thread).receive(
-            ts=TS1, text="it is nginx", author="U1"
+        assert not await Receipts(worker, keys).append(
+            thread, ts=TS1, text="it is nginx", author="U1"
         )
         history: list[str] = []
         job = Job(worker, keys, thread, "p2", history, claim_idle_ms=DEFAULT_CLAIM_IDLE_MS)
@@ -128,8 +129,8 @@ async def test_a_reply_persisted_before_the_listener_died_reaches_the_job(
 async def test_a_received_reply_survives_a_redis_crash(
     fresh_server: ManagedRedis, client: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
-    queue = InjectQueue(client, keys, thread)
-    assert await queue.receive(ts=TS1, text="it is nginx", author="U1")
+    receipts = Receipts(client, keys)
+    assert await receipts.append(thread, ts=TS1, text="it is nginx", author="U1")
 
     fresh_server.kill()  # SIGKILL right after the reply was acknowledged
     fresh_server.start()
@@ -137,18 +138,18 @@ async def test_a_received_reply_survives_a_redis_crash(
     history: list[str] = []
     job = Job(client, keys, thread, "p1", history)
     assert await after_restart(job.iteration) == [TS1]
-    assert await queue.seq() == 1
+    assert await receipts.count(thread) == 1
     assert job.inject.seen_seq == 1
     # Receipt still works (its script is loaded again) and stays idempotent.
-    assert not await queue.receive(ts=TS1, text="it is nginx", author="U1")
-    assert await queue.receive(ts=TS2, text="and web-02", author=None)
+    assert not await receipts.append(thread, ts=TS1, text="it is nginx", author="U1")
+    assert await receipts.append(thread, ts=TS2, text="and web-02", author=None)
     assert await job.iteration() == [TS2]
 
 
 async def test_an_acked_reply_stays_acked_across_a_redis_crash(
     fresh_server: ManagedRedis, client: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
-    await InjectQueue(client, keys, thread).receive(ts=TS1, text="it is nginx", author="U1")
+    await Receipts(client, keys).append(thread, ts=TS1, text="it is nginx", author="U1")
     history: list[str] = []
     assert await Job(client, keys, thread, "p1", history).iteration() == [TS1]
 
@@ -163,17 +164,17 @@ async def test_an_acked_reply_stays_acked_across_a_redis_crash(
 async def test_redis_down_raises_store_unavailable(
     fresh_server: ManagedRedis, client: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
-    queue = InjectQueue(client, keys, thread)
-    await queue.receive(ts=TS1, text="it is nginx", author="U1")
+    receipts = Receipts(client, keys)
+    await receipts.append(thread, ts=TS1, text="it is nginx", author="U1")
     job = Job(client, keys, thread, "p1", [])
     items = await job.inject.fetch()
 
     fresh_server.kill()
 
     with pytest.raises(StoreUnavailable):
-        await queue.receive(ts=TS2, text="lost?", author=None)
+        await receipts.append(thread, ts=TS2, text="lost?", author=None)
     with pytest.raises(StoreUnavailable):
-        await queue.seq()
+        await receipts.count(thread)
     with pytest.raises(StoreUnavailable):
         await job.inject.fetch()
     with pytest.raises(StoreUnavailable):
@@ -195,8 +196,8 @@ async def test_a_redis_that_never_answers_raises_store_unavailable(
     redis = connect(f"redis://127.0.0.1:{port}/0", socket_timeout_s=0.2)
     try:
         with pytest.raises(StoreUnavailable):
-            await InjectQueue(redis, keys, thread).receive(ts=TS1, text="x", author=None)
-        inject = RedisInject(redis, keys, thread, consumer="p1", seen_ids=set)
+            await Receipts(redis, keys).append(thread, ts=TS1, text="x", author=None)
+        inject = InjectReader(redis, keys, thread, consumer="p1", seen_ids=set)
         with pytest.raises(StoreUnavailable):
             await inject.fetch()
     finally:

@@ -6,25 +6,26 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from bot.store.inject import GROUP, InjectQueue, RedisInject
+from bot.store.inject import GROUP, InjectReader
 from bot.store.keys import HISTORY_TTL_S, Keys, Thread
+from bot.store.receipt import Receipts
 
 
-def consumer(redis: aioredis.Redis, keys: Keys, thread: Thread, name: str = "p1") -> RedisInject:
-    return RedisInject(redis, keys, thread, consumer=name, seen_ids=set)
+def consumer(redis: aioredis.Redis, keys: Keys, thread: Thread, name: str = "p1") -> InjectReader:
+    return InjectReader(redis, keys, thread, consumer=name, seen_ids=set)
 
 
 async def test_the_same_message_received_twice_is_one_entry(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
-    queue = InjectQueue(redis, keys, thread)
+    receipts = Receipts(redis, keys)
 
-    first = await queue.receive(ts="1700000001.000100", text="it is nginx", author="U1")
-    again = await queue.receive(ts="1700000001.000100", text="it is nginx", author="U1")
+    first = await receipts.append(thread, ts="1700000001.000100", text="it is nginx", author="U1")
+    again = await receipts.append(thread, ts="1700000001.000100", text="it is nginx", author="U1")
 
     assert (first, again) == (True, False)
     assert await redis.xlen(keys.inject(thread)) == 1
-    assert await queue.seq() == 1
+    assert await receipts.count(thread) == 1
     [(stream_id, _)] = await redis.xrange(keys.inject(thread))
     assert await redis.hgetall(keys.inject_seen(thread)) == {"1700000001.000100": stream_id}
 
@@ -32,19 +33,19 @@ async def test_the_same_message_received_twice_is_one_entry(
 async def test_seq_counts_receipts_and_starts_at_zero(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
-    queue = InjectQueue(redis, keys, thread)
-    assert await queue.seq() == 0
+    receipts = Receipts(redis, keys)
+    assert await receipts.count(thread) == 0
     for n in range(3):
-        await queue.receive(ts=f"1700000001.00010{n}", text=f"reply {n}", author=None)
-    assert await queue.seq() == 3
+        await receipts.append(thread, ts=f"1700000001.00010{n}", text=f"reply {n}", author=None)
+    assert await receipts.count(thread) == 3
 
 
 async def test_replies_received_before_any_reader_are_delivered(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
-    queue = InjectQueue(redis, keys, thread)
-    await queue.receive(ts="1700000001.000100", text="first", author="U1")
-    await queue.receive(ts="1700000002.000100", text="second", author="U2")
+    receipts = Receipts(redis, keys)
+    await receipts.append(thread, ts="1700000001.000100", text="first", author="U1")
+    await receipts.append(thread, ts="1700000002.000100", text="second", author="U2")
 
     got = await consumer(redis, keys, thread).fetch()
 
@@ -57,8 +58,8 @@ async def test_entries_in_a_stream_without_the_group_are_delivered(
     # A stream that exists without the consumer group (written before the group was
     # made, or the group was lost): receipt creates it at id 0, so nothing is skipped.
     await redis.xadd(keys.inject(thread), {"ts": "1700000000.000900", "text": "early"})
-    queue = InjectQueue(redis, keys, thread)
-    await queue.receive(ts="1700000001.000100", text="later", author=None)
+    receipts = Receipts(redis, keys)
+    await receipts.append(thread, ts="1700000001.000100", text="later", author=None)
 
     got = await consumer(redis, keys, thread).fetch()
 
@@ -68,10 +69,10 @@ async def test_entries_in_a_stream_without_the_group_are_delivered(
 
 
 async def test_order_of_receipt_is_kept(redis: aioredis.Redis, keys: Keys, thread: Thread) -> None:
-    queue = InjectQueue(redis, keys, thread)
+    receipts = Receipts(redis, keys)
     stamps = [f"17000000{n:02d}.000100" for n in (5, 1, 9, 3, 7)]  # not sorted by ts
     for ts in stamps:
-        await queue.receive(ts=ts, text=f"text of {ts}", author=None)
+        await receipts.append(thread, ts=ts, text=f"text of {ts}", author=None)
 
     got = await consumer(redis, keys, thread).fetch()
 
@@ -79,9 +80,9 @@ async def test_order_of_receipt_is_kept(redis: aioredis.Redis, keys: Keys, threa
 
 
 async def test_the_author_is_optional(redis: aioredis.Redis, keys: Keys, thread: Thread) -> None:
-    queue = InjectQueue(redis, keys, thread)
-    await queue.receive(ts="1700000001.000100", text="with", author="U0123ABC")
-    await queue.receive(ts="1700000002.000100", text="without", author=None)
+    receipts = Receipts(redis, keys)
+    await receipts.append(thread, ts="1700000001.000100", text="with", author="U0123ABC")
+    await receipts.append(thread, ts="1700000002.000100", text="without", author=None)
 
     with_author, without = await consumer(redis, keys, thread).fetch()
 
@@ -94,8 +95,8 @@ async def test_the_author_is_optional(redis: aioredis.Redis, keys: Keys, thread:
 async def test_keys_live_as_long_as_the_conversation(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
-    queue = InjectQueue(redis, keys, thread)
-    await queue.receive(ts="1700000001.000100", text="hello", author=None)
+    receipts = Receipts(redis, keys)
+    await receipts.append(thread, ts="1700000001.000100", text="hello", author=None)
 
     for key in (keys.inject(thread), keys.inject_seen(thread), keys.inject_seq(thread)):
         ttl = await redis.ttl(key)
@@ -109,7 +110,7 @@ async def test_keys_share_the_threads_hash_tag(keys: Keys, thread: Thread) -> No
 
 async def test_threads_do_not_share_a_stream(redis: aioredis.Redis, keys: Keys) -> None:
     one, other = Thread("C1", "1700000000.000100"), Thread("C1", "1700000000.000200")
-    await InjectQueue(redis, keys, one).receive(ts="1700000001.000100", text="a", author=None)
+    await Receipts(redis, keys).append(one, ts="1700000001.000100", text="a", author=None)
 
     assert await consumer(redis, keys, other).fetch() == []
     assert [i.text for i in await consumer(redis, keys, one).fetch()] == ["a"]

@@ -7,11 +7,11 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.connection import StoreConflict, connect
 from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
 from bot.store.lease import LeaseKeeper, Leases
-from bot.store.managed import ManagedRedis
 
 
 async def test_only_one_holder_and_fences_grow(

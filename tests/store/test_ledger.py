@@ -32,10 +32,10 @@ from bot.agent.calls import args_hash
 from bot.agent.ports import LedgerEntry
 from bot.agent.testing import FakeClock, ScriptedModel, call, calls, text
 from bot.agent.tools import canonical_json
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.connection import StoreUnavailable, connect
 from bot.store.keys import Keys, Thread
 from bot.store.ledger import LEDGER_TTL_S, MAX_OUTPUT_BYTES, RedisLedger, split_key
-from bot.store.managed import ManagedRedis
 
 APPROVER = "U0123ABC"
 ARGS = {"host": "web-03", "service": "nginx"}

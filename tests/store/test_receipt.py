@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from bot.store.inject import InjectQueue
 from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
-from bot.store.receipt import Receipt, Receiver
+from bot.store.receipt import Receipt, Receipts
 
 LIMITS = JobLimits(max_iterations=5, deadline_s=60, token_budget=1000)
 TS = "1700000000.000100"
@@ -23,7 +22,7 @@ async def receive(
     text: str = "look",
     needs_conversation: bool = False,
 ) -> Receipt:
-    return await Receiver(redis, keys).receive(
+    return await Receipts(redis, keys).receive(
         thread, ts=ts, user=user, text=text, limits=LIMITS, needs_conversation=needs_conversation
     )
 
@@ -39,7 +38,7 @@ async def test_a_mention_creates_a_queued_job_and_persists_the_message(
     assert stored is not None and stored.status is JobStatus.QUEUED
     assert stored.requester == "U1" and stored.request_ts == TS and stored.limits == LIMITS
     assert receipt.record == stored
-    assert await InjectQueue(redis, keys, thread).seq() == 1
+    assert await Receipts(redis, keys).count(thread) == 1
     current = await Jobs(redis, keys).current(thread)
     assert current is not None and current.id == receipt.job_id
 
@@ -52,7 +51,7 @@ async def test_a_second_delivery_of_the_same_message_changes_nothing(
 
     assert again.outcome == "duplicate" and again.job_id == first.job_id
     assert again.status is JobStatus.QUEUED and again.needs_run  # never answered: reschedule
-    assert await InjectQueue(redis, keys, thread).seq() == 1
+    assert await Receipts(redis, keys).count(thread) == 1
     assert await redis.get(keys.jobs_counter(thread)) == "1"
 
 
@@ -77,7 +76,7 @@ async def test_a_message_while_a_job_is_live_joins_it(
 
     assert reply.outcome == "joined" and reply.job_id == first.job_id and not reply.needs_run
     assert reply.record is None
-    assert await InjectQueue(redis, keys, thread).seq() == 2
+    assert await Receipts(redis, keys).count(thread) == 2
 
 
 async def test_a_reply_in_a_thread_without_a_conversation_is_ignored(

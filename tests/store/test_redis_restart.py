@@ -9,12 +9,12 @@ import pytest
 
 from bot.agent import CallContext, FunctionTool, UserMessage, run
 from bot.agent.testing import ScriptedModel, call, calls
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.connection import StoreUnavailable, connect, durability
 from bot.store.history import RedisHistory
 from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
 from bot.store.lease import Leases
-from bot.store.managed import ManagedRedis
 from bot.store.session import JobSession
 from tests.agent.conftest import HostArgs, make_config
 

@@ -38,9 +38,9 @@ from bot.agent.events import (
     ToolStart,
 )
 from bot.agent.testing import FakeClock, ScriptedModel, call, calls, text
+from bot.emulator.redis_server import ManagedRedis
 from bot.store.connection import StoreUnavailable, connect
 from bot.store.keys import TRACE_TTL_S, Keys, Thread
-from bot.store.managed import ManagedRedis
 from bot.store.trace import (
     MAX_TEXT_CHARS,
     MAX_TRACE_ENTRIES,

@@ -7,6 +7,7 @@ import pytest
 
 from bot.agent.messages import Usage
 from bot.agent.state import RunState, StopReason
+from bot.cli.trace import ARGS_CHARS, JobTrace, Target, parse_target, render
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobRecord, JobStatus, LimitRaise
 from bot.store.keys import Thread
@@ -19,7 +20,6 @@ from bot.store.trace import (
     ModelCallEntry,
     ToolEntry,
 )
-from bot.tracecmd import ARGS_CHARS, JobTrace, Target, parse_target, render
 
 T0 = 1_780_000_000.0  # 2026-05-28 20:26:40 UTC
 THREAD = Thread("C0INC", "1780000000.000100")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from bot.agent.messages import Malformed
+from bot.cli.trace import JobTrace, Written, render, render_json
 from bot.store.jobs import JobLimits, JobRecord
 from bot.store.keys import Thread
 from bot.store.trace import ToolEntry
-from bot.tracecmd import JobTrace, Written, render, render_json
 
 T0 = 1_780_000_000.0
 THREAD = Thread("C0INC", "1780000000.000100")

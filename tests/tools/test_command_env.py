@@ -28,7 +28,8 @@ from bot.agent.config import AgentConfig
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.agent.tools import CallContext
 from bot.errors import ConfigError, ToolError
-from tools.command import BOT_SECRETS, MIN_SECRET_CHARS, CommandTool
+from tools.command import MIN_SECRET_CHARS, CommandTool
+from tools.env import BOT_SECRETS
 from tools.spec import CommandToolSpec, load_tools_file
 
 SECRET = "s3cr3t-deploy-token-9f8e7d"

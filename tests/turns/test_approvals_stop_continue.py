@@ -18,20 +18,23 @@ from bot.turns.scanner import Scanner
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
 
+from .notifier import Notes, card_ts
+
 LIMITS = JobLimits(max_iterations=2, deadline_s=600, token_budget=100_000)
 TS = "1700000000.000100"
 
 
 def make_turns(
-    redis: aioredis.Redis, keys: Keys, model: ScriptedModel, *, ttl: float = 3600
+    redis: aioredis.Redis,
+    keys: Keys,
+    model: ScriptedModel,
+    *,
+    ttl: float = 3600,
+    notes: Notes | None = None,
 ) -> tuple[Turns, list[ApprovalRecord]]:
-    cards: list[ApprovalRecord] = []
+    notes = notes or Notes()
     read = echo_tool()
     write = echo_tool("restart", category="mutating")
-
-    async def on_paused(record: object, approval: ApprovalRecord) -> None:
-        cards.append(approval)
-
     turns = Turns(
         redis=redis,
         keys=keys,
@@ -42,10 +45,10 @@ def make_turns(
         ),
         system_prompt="You are opsloop.",
         settings=TurnSettings(limits=LIMITS, approval_ttl_s=ttl),
-        on_paused=on_paused,
+        notifier=notes,
         consumer="test-process",
     )
-    return turns, cards
+    return turns, notes.cards
 
 
 async def start(turns: Turns, thread: Thread) -> str:
@@ -209,17 +212,8 @@ async def test_the_scanner_posts_a_card_that_never_reached_the_thread(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
     model = ScriptedModel([calls(call("restart", "c1", host="web-03"))])
-    turns, cards = make_turns(redis, keys, model)
-    fail = [True]
-    real_on_paused = turns.on_paused
-    assert real_on_paused is not None
-
-    async def flaky(record: object, approval: ApprovalRecord) -> None:
-        if fail[0]:
-            raise RuntimeError("slack is down")
-        await real_on_paused(record, approval)  # type: ignore[arg-type]
-
-    turns.on_paused = flaky  # type: ignore[assignment]
+    notes = Notes(cards_fail=True)
+    turns, cards = make_turns(redis, keys, model, notes=notes)
     job_id = await start(turns, thread)
     try:
         await turns.run_job(job_id)
@@ -228,7 +222,7 @@ async def test_the_scanner_posts_a_card_that_never_reached_the_thread(
     stored = await turns.jobs.get(job_id)
     assert stored is not None and stored.status is JobStatus.AWAITING_APPROVAL and cards == []
 
-    fail[0] = False
+    notes.cards_fail = False
 
     async def on_expired(approval: ApprovalRecord) -> None:
         raise AssertionError("not expired")
@@ -242,7 +236,8 @@ async def test_the_scanner_posts_a_card_that_never_reached_the_thread(
     await turns.jobs.index(job_id, time.time())
     await scanner.scan()
     assert len(cards) == 1 and cards[0].call_id == "c1"
-    await turns.approvals.set_card(job_id, "c1", "1700000000.000900")
+    posted = await turns.approvals.get(job_id, "c1")
+    assert posted is not None and posted.card_ts == card_ts(1)  # recorded with the approval
     await turns.jobs.index(job_id, time.time())
     await scanner.scan()
     assert len(cards) == 1  # posted once

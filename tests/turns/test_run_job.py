@@ -3,11 +3,9 @@ taken in mid-run, and a reply that arrives as the job ends."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import redis.asyncio as aioredis
 
-from bot.agent import Injected, ModelRequest, ModelResponse, StopReason, ToolMessage, UserMessage
+from bot.agent import ModelRequest, ModelResponse, StopReason, ToolMessage, UserMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.store.history import RedisHistory
 from bot.store.jobs import JobLimits, JobStatus
@@ -17,6 +15,8 @@ from bot.turns.runner import Turns, TurnSettings
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
 
+from .notifier import Notes
+
 LIMITS = JobLimits(max_iterations=10, deadline_s=600, token_budget=100_000)
 
 
@@ -24,10 +24,6 @@ def turns_for(
     redis: aioredis.Redis, keys: Keys, model: ScriptedModel, acks: list[tuple[str, ...]]
 ) -> Turns:
     tool = echo_tool()
-
-    async def visible_ack(thread: Thread, items: Sequence[Injected]) -> None:
-        acks.append(tuple(i.id for i in items))
-
     return Turns(
         redis=redis,
         keys=keys,
@@ -35,7 +31,7 @@ def turns_for(
         catalog=Catalog(tools={tool.name: tool}, sources={tool.name: "test"}),
         system_prompt="You are opsloop.",
         settings=TurnSettings(limits=LIMITS),
-        on_visible_ack=visible_ack,
+        notifier=Notes(acks=acks),
         consumer="test-process",
     )
 

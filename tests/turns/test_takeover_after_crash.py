@@ -30,6 +30,8 @@ from bot.turns.scanner import DUE_PAGE, SCAN_INTERVAL_S, Scanner
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
 
+from .notifier import Notes
+
 TS = "1700000000.000100"
 TAKEOVER_BOUND_S = LEASE_TTL_MS / 1000 + SCAN_INTERVAL_S
 
@@ -44,10 +46,6 @@ def process(
 ) -> Turns:
     read = echo_tool()
     write = echo_tool("restart", category="mutating")
-
-    async def on_paused(record: object, approval: ApprovalRecord) -> None:
-        pass
-
     return Turns(
         redis=redis,
         keys=keys,
@@ -60,7 +58,7 @@ def process(
         settings=TurnSettings(
             limits=JobLimits(max_iterations=max_iterations, deadline_s=600, token_budget=100_000)
         ),
-        on_paused=on_paused,
+        notifier=Notes(),
         consumer=name,
     )
 

@@ -6,7 +6,7 @@ Each pack is a module ``tools.packs.<name>`` with one function::
 
 returning its tools (``@tool``-decorated functions, see ``tools/base.py``) and anything
 it must close at shutdown (an HTTP client). The tool names and arguments are the
-external contract in DESIGN.md's packs table: users name them in allowlists and see
+external contract in the README's packs tables: users name them in allowlists and see
 them on approval cards. A pack whose backend URL is missing is a ``ConfigError`` naming
 the variable, at start-up.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from bot.agent.tools import Tool
 from bot.errors import ConfigError
@@ -51,6 +52,33 @@ class PackConfig:
     prometheus_url: str | None = None  # PROMETHEUS_URL
     alertmanager_url: str | None = None  # ALERTMANAGER_URL
     supervisor_url: str | None = None  # SUPERVISOR_URL
+
+    @classmethod
+    def from_settings(cls, settings: PackSettings) -> PackConfig:
+        """The packs' part of the tool settings (the settings import no layer, so the
+        packs read what they need from them)."""
+        return cls(
+            log_dirs=tuple(d.strip() for d in settings.log_dirs.split(",") if d.strip()),
+            http_allow=settings.http_allow,
+            prometheus_url=settings.prometheus_url,
+            alertmanager_url=settings.alertmanager_url,
+            supervisor_url=settings.supervisor_url,
+        )
+
+
+class PackSettings(Protocol):
+    """The fields of ``bot.settings.ToolSettings`` the packs read."""
+
+    @property
+    def log_dirs(self) -> str: ...
+    @property
+    def http_allow(self) -> str: ...
+    @property
+    def prometheus_url(self) -> str | None: ...
+    @property
+    def alertmanager_url(self) -> str | None: ...
+    @property
+    def supervisor_url(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ import httpx
 
 from bot.errors import ToolError
 from tools.base import tool
-from tools.http import REDIRECT_STATUSES, decode_body, make_client
+from tools.http import REDIRECT_STATUSES, PolicyClient, decode_body
 from tools.netpolicy import AddressPolicy, Target, parse_address
 from tools.packs import Pack, PackConfig
 
@@ -219,8 +219,9 @@ def _failure(exc: Exception, url: httpx.URL, connect_s: float, total_s: float) -
     return ToolError(f"GET {url} failed ({type(exc).__name__}): {detail}")
 
 
-class HttpChecker:
-    """``http_check``'s work: one client under ``policy``, closed by ``aclose``.
+class HttpChecker(PolicyClient):
+    """``http_check``'s work: one client under ``policy``, closed by ``aclose`` (a given
+    one too).
 
     ``client``: for tests (default ``make_client(policy)``, verifying certificates).
     """
@@ -235,23 +236,11 @@ class HttpChecker:
         max_redirects: int = MAX_REDIRECTS,
         clock: Clock = _utc_now,
     ) -> None:
-        self.policy = policy
-        self._client = client
+        super().__init__(policy, client, close_given=True)
         self.total_s = total_s
         self.connect_s = min(connect_s, total_s)
         self.max_redirects = max_redirects
         self._clock = clock
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = make_client(self.policy)
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
 
     async def check(self, url: str) -> str:
         """The report on ``url``; ``ToolError`` when no answer could be had."""

@@ -1,9 +1,13 @@
-"""The ``opsloop`` command line."""
+"""The ``opsloop`` command line: every command's name and flags, and the dispatch.
+
+This module is the command-line contract (the README's commands) in one place; each
+command's work lives in its own module of ``bot.cli``, imported only when that command runs (so
+``opsloop serve`` does not load the checklist, the trace reader or the demo).
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from bot import __version__
@@ -53,57 +57,50 @@ def main(argv: list[str] | None = None) -> int:
         default="serve",
         help="the settings of which command to check (default serve)",
     )
-    from tools.cli import add_parser as add_tools_parser
-
-    add_tools_parser(sub)
+    _add_tools_parser(sub)
     args = parser.parse_args(argv)
 
     if args.command == "demo":
-        from bot.demo import run_demo
+        from bot.cli.demo import main as demo_main
 
-        approve: bool | None = True if args.approve else False if args.deny else None
-        if approve is None and not sys.stdin.isatty():
-            approve = True
-        return asyncio.run(run_demo(approve=approve))
+        return demo_main(approve=True if args.approve else False if args.deny else None)
     if args.command == "dev":
-        from pathlib import Path
+        from bot.cli.dev import main as dev_main
 
-        from bot.dev.run import run_dev
-
-        return asyncio.run(run_dev(Path(args.dir).resolve(), args.port, args.degrade_after))
+        return dev_main(folder=args.dir, port=args.port, degrade_after=args.degrade_after)
     if args.command in ("serve", "socket"):
-        return _serve(socket=args.command == "socket")
+        from bot.cli.serve import main as serve_main
+
+        return serve_main(socket=args.command == "socket")
     if args.command == "trace":
-        from bot.tracecmd import main as trace_main
+        from bot.cli.trace import main as trace_main
 
         return trace_main(args.target, as_json=args.json)
     if args.command == "check":
-        from bot.checkcmd import main as check_main
+        from bot.cli.check import main as check_main
 
         return check_main(mode=args.mode)
     if args.command == "tools":
-        from tools.cli import main as tools_main
+        from bot.cli.tools import main as tools_main
 
         return tools_main(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
 
-def _serve(*, socket: bool) -> int:
-    from bot import logs
-    from bot.errors import ConfigError
-    from bot.settings import load_bot_settings, load_llm_settings, load_tool_settings
-    from bot.slack.app import serve, socket_mode
-
-    logs.configure()
-    try:
-        bot, llm, tools = load_bot_settings(), load_llm_settings(), load_tool_settings()
-        logs.configure(secrets=[*bot.secret_values(), *llm.secret_values()])
-        (socket_mode if socket else serve)(bot, llm, tools)
-    except ConfigError as exc:
-        print(f"opsloop: {exc}", file=sys.stderr)
-        return 2
-    return 0
+def _add_tools_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``tools`` and its subcommands (``bot.cli.tools`` runs them)."""
+    tools = sub.add_parser("tools", help="list, check and try tools")
+    tools.add_argument("--file", help="tools.yml (default: $OPSLOOP_TOOLS)")
+    actions = tools.add_subparsers(dest="action")
+    actions.add_parser("list", help="list the available tools")
+    check = actions.add_parser("check", help="validate a tools.yml")
+    check.add_argument("path")
+    run = actions.add_parser("run", help="run one tool locally")
+    run.add_argument("name")
+    run.add_argument("params", nargs="*", metavar="key=value")
+    run.add_argument("--confirmed-by", help="Slack user id approving a mutating tool")
+    run.add_argument("--yes", action="store_true", help="run a destructive tool after its dry run")
 
 
 if __name__ == "__main__":

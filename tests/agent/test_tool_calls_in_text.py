@@ -24,7 +24,7 @@ from bot.agent import (
     run,
 )
 from bot.agent.testing import ScriptedModel, call, calls, text
-from bot.agent.toolcall_recovery import recover_tool_calls
+from bot.agent.tool_calls_in_text import recover_tool_calls
 
 from .conftest import Recorder, echo_tool, make_config
 

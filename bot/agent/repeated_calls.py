@@ -1,4 +1,7 @@
-"""Detects the model repeating the same call and getting the same result.
+"""Detects the model repeating the same tool call and getting the same result.
+
+This is a loop across iterations (the run ends ``loop``); a model repeating itself inside
+one streamed response is ``stream_repetition.py``'s.
 
 A signature is sha256 over (tool name, canonical JSON arguments, real output) in a
 sliding window. The Nth identical signature in the window replaces that result with a

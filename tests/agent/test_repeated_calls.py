@@ -25,7 +25,7 @@ from bot.agent import (
     ToolMessage,
     run,
 )
-from bot.agent.loop_detector import WINDOW, LoopDetector, LoopVerdict
+from bot.agent.repeated_calls import WINDOW, LoopDetector, LoopVerdict
 from bot.agent.testing import ScriptedModel, call, calls, text
 
 from .conftest import HostArgs, NoArgs, ServiceArgs, echo_tool, make_config

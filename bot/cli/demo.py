@@ -1,8 +1,11 @@
-"""A built-in incident demo: a scripted model and stand-in tools, runnable offline.
+"""``opsloop demo``: one incident played in the terminal, offline.
 
-``opsloop demo`` runs one agent turn in the terminal with this model, so the loop can
-be seen working without Slack, Redis or a model API key. The script reacts to the
-history (tool results and decisions), not to a fixed call count.
+One agent turn runs with a scripted model and stand-in tools, so the loop can be seen
+working without Slack, Redis or a model API key: it prints each model call and tool call,
+asks for approval of the restart it proposes (``--approve`` / ``--deny`` answer on the
+command line; without either, the terminal is asked, and a stdin that is not a terminal
+approves), then prints the answer and how the run ended. Exit 0 when the run ended well.
+The script reacts to the history (tool results and decisions), not to a fixed call count.
 """
 
 from __future__ import annotations
@@ -148,6 +151,13 @@ def _print_event(event: Event) -> None:
 
 def _history_text(history: Sequence[AnyMessage]) -> str:
     return "\n".join(f"{m.role}: {getattr(m, 'content', '')}" for m in history)
+
+
+def main(*, approve: bool | None) -> int:
+    """Run the demo turn; ``approve=None`` asks on the terminal, or approves without one."""
+    if approve is None and not sys.stdin.isatty():
+        approve = True
+    return asyncio.run(run_demo(approve=approve))
 
 
 async def run_demo(*, approve: bool | None) -> int:

@@ -11,10 +11,11 @@ bot's retry paths over the real protocol with slack-sdk's own client::
         await slack.wait_for(lambda: slack.messages("C1"))
 
 Waiting is on an :class:`asyncio.Condition` notified after every call, never on sleeps.
-Sending events *to* the bot (signed requests) does not belong here; the dev mode adds that.
+Sending events *to* the bot (signed requests) does not belong here: that is
+``bot.emulator.sender``.
 
 This module owns the server, what it holds and the methods' behaviour. Slack's wire shapes,
-limits, errors and request parsing are in ``bot.slack.fake_wire``; the names users of the fake
+limits, errors and request parsing are in ``bot.emulator.slack_wire``; the names users of the fake
 need (``Message``, ``BOT_USER_ID``, ``block_errors``, …) are re-exported here.
 """
 
@@ -31,7 +32,7 @@ from typing import Self
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from bot.slack.fake_wire import (
+from bot.emulator.slack_wire import (
     BOT_ID,
     BOT_NAME,
     BOT_USER_ID,

@@ -1,4 +1,4 @@
-"""Slack's side of Socket Mode for a :class:`~bot.slack.fake.FakeSlack`, for tests.
+"""Slack's side of Socket Mode for a :class:`~bot.emulator.slack.FakeSlack`, for tests.
 
 ``apps.connections.open`` (with the app-level ``xapp-`` token) answers a one-time
 ``ws://`` URL on the fake's own port; a client that connects gets Slack's ``hello``, and
@@ -28,10 +28,9 @@ from typing import Any, Literal
 
 from aiohttp import WSMsgType, web
 
-from bot.slack.fake import FakeSlack
-from bot.slack.fake_wire import Params, Reply
+from bot.emulator.slack import FakeSlack
+from bot.emulator.slack_wire import APP_ID, Params, Reply
 
-APP_ID = "A0OPSLOOP"
 SOCKET_PATH = "/socket-mode"
 Kind = Literal["events_api", "interactive", "slash_commands"]
 

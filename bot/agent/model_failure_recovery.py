@@ -1,4 +1,8 @@
-"""What the loop does when a model step goes wrong: one decision table, unit-tested.
+"""Recovery from a failed model call: what the loop does when a model step goes wrong.
+
+One decision table, unit-tested. It handles a model call that raised (``ModelError``), an
+empty response and a condense that failed; tool calls the model wrote as text are
+``tool_calls_in_text.py``'s, a stream stuck repeating itself is ``stream_repetition.py``'s.
 
 Transient errors were already retried inside the client; when they reach the loop the
 next model of the fallback chain is tried (each model at most once per job). A context

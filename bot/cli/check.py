@@ -44,6 +44,7 @@ from bot.prompts import load_system_prompt
 from bot.scrub import Scrubber
 from bot.settings import BotSettings, LLMSettings, ToolSettings
 from bot.store.connection import StoreUnavailable, connect, durability, translated
+from tools.packs import PackConfig
 from tools.packs.supervisor_rpc import SupervisorClient
 from tools.registry import BUILTIN, open_catalog
 
@@ -239,11 +240,11 @@ async def check_models(config: Config, chain: Sequence[ModelSpec]) -> list[Verdi
 
 
 async def check_tools(tools: ToolSettings) -> list[Verdict]:
-    """The catalogue exactly as ``SlackBot.start`` builds it, counted by source."""
+    """The catalogue exactly as ``Service.open`` (``bot.service``) builds it, counted by source."""
     try:
         catalog = await open_catalog(
             pack_names=tools.pack_names,
-            pack_config=tools.pack_config(),
+            pack_config=PackConfig.from_settings(tools),
             tools_file=tools.tools_file,
         )
     except ConfigError as exc:
@@ -334,7 +335,7 @@ async def check_supervisor(url: str) -> list[Verdict]:
 
 def pack_checks(tools: ToolSettings) -> list[Awaitable[list[Verdict]]]:
     """A probe per enabled pack with a backend (a missing URL is the catalogue's FAIL)."""
-    config = tools.pack_config()
+    config = PackConfig.from_settings(tools)
     probes: list[Awaitable[list[Verdict]]] = []
     for pack in dict.fromkeys(tools.pack_names):
         if pack == "host":

@@ -4,7 +4,9 @@
 ``message`` body, the same message as SSE events in the documented order
 (``message_start``, ``ping``, per block ``content_block_start`` / ``_delta`` / ``_stop``,
 ``message_delta``, ``message_stop``), an error body, or a stream dropped half-way.
-Deciding the answer and recording the request stay in ``scripted.py``.
+Deciding the answer and recording the request stay in ``bot.emulator.model_server``, which
+calls :func:`respond`; what both renderings share is in ``bot.emulator.scripted``, so this
+module never imports the server.
 """
 
 from __future__ import annotations
@@ -12,14 +14,23 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
-from bot.llm.scripted import Fault, Reply, fault_response, split
-
-if TYPE_CHECKING:
-    from bot.llm.scripted import Answer, ScriptedCall, ScriptedRequest, ScriptedServer
+from bot.emulator.scripted import (
+    Answer,
+    Fault,
+    Reply,
+    ScriptedCall,
+    ScriptedRequest,
+    ServerState,
+    cut,
+    fault_chunks,
+    fault_response,
+    split,
+    usage,
+)
 
 Event = tuple[str, dict[str, Any]]
 
@@ -28,14 +39,14 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool
 
 
 async def respond(
-    server: ScriptedServer, request: web.Request, scripted: ScriptedRequest, answer: Answer
+    server: ServerState, request: web.Request, scripted: ScriptedRequest, answer: Answer
 ) -> web.StreamResponse:
     """The HTTP answer to one ``/v1/messages`` request."""
     if isinstance(answer, Fault) and answer.cut_after is None and not answer.repeat:
         return fault_response(answer, anthropic=True)
     if not scripted.stream:
         if isinstance(answer, Fault):  # a cut without a stream: no answer at all
-            return await server._cut(request, web.Response())
+            return await cut(request, web.Response())
         return web.json_response(message_body(server, scripted, answer))
     response = web.StreamResponse(headers={"content-type": "text/event-stream"})
     await response.prepare(request)
@@ -48,7 +59,7 @@ async def respond(
         for name, data in events:
             await response.write(sse(name, data))
         if isinstance(answer, Fault):
-            return await server._cut(request, response)
+            return await cut(request, response)
         await response.write_eof()
     except ConnectionError:
         server.disconnects += 1  # the client went away: expected, not worth a log line
@@ -62,10 +73,10 @@ def sse(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def usage_fields(server: ScriptedServer, scripted: ScriptedRequest, reply: Reply) -> dict[str, int]:
-    """The server's (prompt, completion, cached) in Anthropic's terms: the cached part of
+def usage_fields(scripted: ScriptedRequest, reply: Reply) -> dict[str, int]:
+    """The reply's (prompt, completion, cached) in Anthropic's terms: the cached part of
     the prompt is reported apart from ``input_tokens``."""
-    prompt, completion, cached = server.usage(scripted, reply)
+    prompt, completion, cached = usage(scripted, reply)
     return {
         "input_tokens": max(prompt - cached, 0),
         "cache_creation_input_tokens": 0,
@@ -91,7 +102,7 @@ def tool_input(call: ScriptedCall) -> Any:
         return call.arguments
 
 
-def message_body(server: ScriptedServer, scripted: ScriptedRequest, reply: Reply) -> dict[str, Any]:
+def message_body(server: ServerState, scripted: ScriptedRequest, reply: Reply) -> dict[str, Any]:
     """The non-streaming response."""
     content: list[dict[str, Any]] = []
     if reply.content:
@@ -113,13 +124,11 @@ def message_body(server: ScriptedServer, scripted: ScriptedRequest, reply: Reply
         "content": content,
         "stop_reason": stop_reason(reply),
         "stop_sequence": None,
-        "usage": usage_fields(server, scripted, reply),
+        "usage": usage_fields(scripted, reply),
     }
 
 
-def _message_start(
-    server: ScriptedServer, scripted: ScriptedRequest, usage: dict[str, int]
-) -> Event:
+def _message_start(server: ServerState, scripted: ScriptedRequest, usage: dict[str, int]) -> Event:
     message: dict[str, Any] = {
         "id": server.next_id("msg_"),
         "type": "message",
@@ -133,9 +142,9 @@ def _message_start(
     return "message_start", {"type": "message_start", "message": message}
 
 
-def stream_events(server: ScriptedServer, scripted: ScriptedRequest, reply: Reply) -> list[Event]:
+def stream_events(server: ServerState, scripted: ScriptedRequest, reply: Reply) -> list[Event]:
     """The streamed response: text and each tool input split into ``server.chunks`` pieces."""
-    usage = usage_fields(server, scripted, reply)
+    usage = usage_fields(scripted, reply)
     # message_start reports the output counted so far; message_delta the (cumulative) total.
     start_usage = {**usage, "output_tokens": min(1, usage["output_tokens"])}
     out: list[Event] = [_message_start(server, scripted, start_usage), ("ping", {"type": "ping"})]
@@ -177,9 +186,7 @@ def stream_events(server: ScriptedServer, scripted: ScriptedRequest, reply: Repl
     return out
 
 
-def fault_events(
-    server: ScriptedServer, scripted: ScriptedRequest, fault: Fault
-) -> Iterator[Event]:
+def fault_events(server: ServerState, scripted: ScriptedRequest, fault: Fault) -> Iterator[Event]:
     """A stream that starts well and then breaks off (the connection is dropped after).
 
     Lazy, so that the text deltas are produced only as fast as they are written."""
@@ -195,7 +202,7 @@ def fault_events(
         "content_block_start",
         {"type": "content_block_start", "index": 0, "content_block": text_block},
     )
-    for data in server.fault_chunks(fault, _delta_data):
+    for data in fault_chunks(fault, _delta_data):
         yield "content_block_delta", data
 
 

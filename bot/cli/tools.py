@@ -9,6 +9,7 @@ MCP servers in the file are connected for every subcommand (and stopped at the e
 ``run`` executes one tool locally: read-only tools at once; mutating tools only with
 ``--confirmed-by``; destructive tools show their dry run first and need ``--yes`` too.
 Exit codes: 0 success, 1 the tool reported an error, 2 bad usage or configuration.
+The flags are declared in ``bot.cli.main`` with every other command's.
 """
 
 from __future__ import annotations
@@ -30,25 +31,10 @@ from bot.agent.observe import to_text
 from bot.agent.tools import CallContext, Tool
 from bot.errors import ConfigError, ToolError
 from bot.settings import ToolSettings, load_tool_settings
-from tools.packs import PACK_TOOLS
+from tools.packs import PACK_TOOLS, PackConfig
 from tools.registry import Catalog, build_catalog, connect_mcp, open_catalog
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE = 0, 1, 2
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``tools`` and its subcommands on the top-level CLI."""
-    tools = sub.add_parser("tools", help="list, check and try tools")
-    tools.add_argument("--file", help="tools.yml (default: $OPSLOOP_TOOLS)")
-    actions = tools.add_subparsers(dest="action")
-    actions.add_parser("list", help="list the available tools")
-    check = actions.add_parser("check", help="validate a tools.yml")
-    check.add_argument("path")
-    run = actions.add_parser("run", help="run one tool locally")
-    run.add_argument("name")
-    run.add_argument("params", nargs="*", metavar="key=value")
-    run.add_argument("--confirmed-by", help="Slack user id approving a mutating tool")
-    run.add_argument("--yes", action="store_true", help="run a destructive tool after its dry run")
 
 
 def main(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) -> int:
@@ -82,7 +68,7 @@ async def _main(
             await catalog.aclose()
     catalog = await open_catalog(
         pack_names=settings.pack_names,
-        pack_config=settings.pack_config(),
+        pack_config=PackConfig.from_settings(settings),
         tools_file=args.file or settings.tools_file,
         environ=environ,
     )

@@ -1,5 +1,9 @@
 """Recovers tool calls that a model wrote as JSON text instead of structured calls.
 
+This is about a successful response in the wrong shape; a model call that failed is
+``model_failure_recovery.py``'s, and a structured call with arguments or a name a provider
+would refuse is made well-formed in ``responses.py`` and refused in ``calls.py``.
+
 Some models (and some OpenAI-compatible servers) put ``{"name": ..., "arguments": {...}}``
 into ``content``. When every such object names an allowed tool, the response is turned
 into real tool calls; anything else is left as text.

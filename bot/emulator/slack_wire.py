@@ -5,7 +5,7 @@ holds and hands back (:class:`Message`, :class:`Ephemeral`, :class:`Call`); :cla
 a method's ``{"ok": false, "error": code}``; Slack's Block Kit and text limits enforced as Slack
 enforces them (:func:`block_errors`, :func:`message_content`, :func:`stream_text`); and reading
 a request's params the way Slack does (query string, then a form or JSON body; JSON-in-form
-fields decoded). No server and no state here: that is ``bot.slack.fake``, which re-exports the
+fields decoded). No server and no state here: that is ``bot.emulator.slack``, which re-exports the
 names its users need.
 """
 
@@ -22,6 +22,7 @@ BOT_USER_ID = "UBOT"
 BOT_ID = "BBOT"
 TEAM_ID = "T1"
 BOT_NAME = "opsloop"
+APP_ID = "A0OPSLOOP"  # the app's id in envelopes, Socket Mode URLs and hellos
 
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3_000

@@ -1,11 +1,12 @@
-"""A scripted model server speaking the OpenAI chat completions protocol (and Anthropic
-Messages, via ``scripted_anthropic``) on loopback.
+"""The scripted model server: OpenAI chat completions (and Anthropic Messages, rendered by
+``bot.emulator.anthropic``) on loopback.
 
 A policy function decides every answer from the request: a ``Reply`` (text and/or tool
 calls, usage), or a ``Fault`` (an HTTP error with ``Retry-After``, a delay, a malformed
-body, a body of exact bytes, a stream cut half-way, a stream repeating itself). Every
-request is recorded. Strings are sent as ``json.dumps`` writes them, so a lone surrogate
-in a ``Reply`` goes out escaped (``"\ud800"``), as a broken server would send it.
+body, a body of exact bytes, a stream cut half-way, a stream repeating itself); those, and
+what both renderings share, are in ``bot.emulator.scripted``. Every request is recorded.
+Strings are sent as ``json.dumps`` writes them, so a lone surrogate in a ``Reply`` goes
+out escaped (``"\ud800"``), as a broken server would send it.
 Tests drive the real adapters over real HTTP with it; the local dev mode uses it as its
 offline demo model.
 
@@ -29,14 +30,26 @@ import inspect
 import itertools
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiohttp import web
 
-DEFAULT_CHUNKS = 4
-MAX_REPEAT_CHUNKS = 1_000_000
+from bot.emulator.anthropic import respond as respond_anthropic
+from bot.emulator.scripted import (
+    DEFAULT_CHUNKS,
+    Answer,
+    Fault,
+    Policy,
+    Reply,
+    ScriptedRequest,
+    cut,
+    fault_chunks,
+    fault_response,
+    split,
+    usage,
+)
+
 # What OpenAI and Anthropic accept as a function / tool name. Spelled out here, not
 # imported from the code under test: the strict server is the referee.
 PROVIDER_TOOL_NAME = "^[a-zA-Z0-9_-]{1,64}$"
@@ -44,91 +57,6 @@ _PROVIDER_TOOL_NAME = re.compile(PROVIDER_TOOL_NAME)
 OPENAI_MAX_CALL_ID = 40
 ANTHROPIC_CALL_ID = "^[a-zA-Z0-9_-]+$"
 _ANTHROPIC_CALL_ID = re.compile(ANTHROPIC_CALL_ID)
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedCall:
-    name: str
-    arguments: dict[str, Any] | str = field(default_factory=dict)
-    id: str | None = None
-
-    @property
-    def arguments_json(self) -> str:
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(self.arguments)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reply:
-    content: str | None = None
-    tool_calls: Sequence[ScriptedCall] = ()
-    prompt_tokens: int | None = None  # None: about chars/4 of the request
-    completion_tokens: int | None = None
-    cached_tokens: int = 0
-    finish_reason: str | None = None
-    delay_s: float = 0.0  # wait before answering
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fault:
-    status: int = 500
-    message: str = "scripted failure"
-    code: str | None = None
-    kind: str | None = None  # the error's ``type`` (OpenAI: default ``server_error``)
-    param: str | None = None  # OpenAI: the request field the error is about
-    retry_after: str | None = None
-    delay_s: float = 0.0
-    malformed: bool = False  # 200 with a body that is not JSON
-    raw: bytes | None = None  # 200 with exactly these bytes as its JSON body
-    cut_after: int | None = None  # stream: send this many chunks, then drop the connection
-    repeat: str | None = None  # stream: send this text over and over (until cut_after chunks)
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedRequest:
-    provider: str  # "openai" or "anthropic"
-    path: str
-    body: dict[str, Any]
-    headers: dict[str, str]
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        return list(self.body.get("messages") or [])
-
-    @property
-    def tools(self) -> list[dict[str, Any]]:
-        return list(self.body.get("tools") or [])
-
-    @property
-    def model(self) -> str:
-        return str(self.body.get("model", ""))
-
-    @property
-    def stream(self) -> bool:
-        return bool(self.body.get("stream"))
-
-    def tool_results(self) -> int:
-        """How many tool results the conversation holds (either provider's format)."""
-        count = 0
-        for m in self.messages:
-            if m.get("role") == "tool":
-                count += 1
-            elif isinstance(m.get("content"), list):
-                count += sum(1 for b in m["content"] if b.get("type") == "tool_result")
-        return count
-
-
-Answer = Reply | Fault
-Policy = Callable[[ScriptedRequest], Answer | Awaitable[Answer]]
-
-
-def split(text: str, parts: int) -> list[str]:
-    """``text`` in ``parts`` nearly equal, non-empty pieces (fewer if it is short)."""
-    if not text:
-        return []
-    size = max(1, -(-len(text) // max(parts, 1)))
-    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 class ScriptedServer:
@@ -242,19 +170,8 @@ class ScriptedServer:
             return web.json_response(self.openai_body(scripted, answer))
         return await self._openai_stream(request, scripted, answer)
 
-    def usage(self, scripted: ScriptedRequest, reply: Reply) -> tuple[int, int, int]:
-        prompt = reply.prompt_tokens
-        if prompt is None:
-            prompt = len(json.dumps(scripted.body)) // 4
-        completion = reply.completion_tokens
-        if completion is None:
-            completion = (
-                len(reply.content or "") + sum(len(c.arguments_json) for c in reply.tool_calls)
-            ) // 4 + 1
-        return prompt, completion, reply.cached_tokens
-
     def openai_body(self, scripted: ScriptedRequest, reply: Reply) -> dict[str, Any]:
-        prompt, completion, cached = self.usage(scripted, reply)
+        prompt, completion, cached = usage(scripted, reply)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = [
@@ -299,14 +216,14 @@ class ScriptedServer:
                 out.append(chunk({"tool_calls": [frag]}))
         finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
         out.append(chunk({}, finish))
-        prompt, completion, cached = self.usage(scripted, reply)
-        usage = {
+        prompt, completion, cached = usage(scripted, reply)
+        counts = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached},
         }
-        out.append({**base, "choices": [], "usage": usage})
+        out.append({**base, "choices": [], "usage": counts})
         return out
 
     async def _openai_stream(
@@ -316,7 +233,7 @@ class ScriptedServer:
         await response.prepare(request)
         chunks: Iterable[dict[str, Any]]
         if isinstance(answer, Fault):
-            chunks = self.fault_chunks(
+            chunks = fault_chunks(
                 answer,
                 lambda text: {"choices": [{"index": 0, "delta": {"content": text}}]},
             )
@@ -326,7 +243,7 @@ class ScriptedServer:
             for data in chunks:
                 await response.write(b"data: " + json.dumps(data).encode() + b"\n\n")
             if isinstance(answer, Fault):
-                return await self._cut(request, response)
+                return await cut(request, response)
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
         except ConnectionError:
@@ -334,23 +251,6 @@ class ScriptedServer:
         except asyncio.CancelledError:
             self.disconnects += 1
             raise
-        return response
-
-    def fault_chunks(
-        self, fault: Fault, make: Callable[[str], dict[str, Any]]
-    ) -> Iterator[dict[str, Any]]:
-        """A faulty stream's chunks, made lazily. Without ``cut_after`` a repeating
-        stream goes on until the client leaves (back-pressure paces it), bounded by
-        ``MAX_REPEAT_CHUNKS``."""
-        limit = fault.cut_after if fault.cut_after is not None else MAX_REPEAT_CHUNKS
-        text = fault.repeat or "partial answer "
-        return (make(text) for _ in range(limit))
-
-    async def _cut(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
-        """Drop the connection without finishing the stream."""
-        transport = request.transport
-        if transport is not None:
-            transport.close()
         return response
 
     # -- the model list ---------------------------------------------------------
@@ -377,10 +277,8 @@ class ScriptedServer:
     # -- Anthropic --------------------------------------------------------------
 
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
-        from bot.llm import scripted_anthropic
-
         scripted, answer = await self.decide(request, "anthropic")
-        return await scripted_anthropic.respond(self, request, scripted, answer)
+        return await respond_anthropic(self, request, scripted, answer)
 
 
 # -- strict mode ----------------------------------------------------------------------
@@ -502,20 +400,3 @@ def _anthropic_problem(messages: list[Any]) -> str | None:
 
 def _anthropic_id(value: object) -> bool:
     return isinstance(value, str) and _ANTHROPIC_CALL_ID.fullmatch(value) is not None
-
-
-def fault_response(fault: Fault, *, anthropic: bool) -> web.Response:
-    if fault.raw is not None:
-        return web.Response(status=200, body=fault.raw, content_type="application/json")
-    if fault.malformed:
-        return web.Response(status=200, text="{not json", content_type="application/json")
-    headers = {"retry-after": fault.retry_after} if fault.retry_after else {}
-    if anthropic:
-        kind = fault.code or ("overloaded_error" if fault.status == 529 else "api_error")
-        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": fault.message}}
-    else:
-        error = {"message": fault.message, "type": fault.kind or "server_error"}
-        if fault.param is not None:
-            error["param"] = fault.param
-        body = {"error": {**error, "code": fault.code}}
-    return web.json_response(body, status=fault.status, headers=headers)

@@ -1,5 +1,8 @@
 """Spots a streamed response stuck repeating itself ("ok ok ok ok ...").
 
+This is the model degenerating inside one streamed response; the same tool call returning
+the same result again and again across iterations is ``repeated_calls.py``'s.
+
 A hit is any 256-byte stretch of the stream that is one pattern of 1 to 20 bytes
 repeated, wherever it starts and however the stream was split into deltas. A hit
 cancels the stream and the response counts as empty.

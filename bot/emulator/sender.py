@@ -1,17 +1,21 @@
 """Slack's direction towards the bot: Events API and ``block_actions`` payloads, signed, sent.
 
-This module owns what the emulator sends the bot and how, not when (``bot.dev.emulator``
-decides that):
+The one place Slack's requests are built and signed: the dev emulator (``bot.dev.emulator``)
+sends with it (:func:`deliver_event`, :func:`post_signed`), the end-to-end harness
+(``tests/e2e/harness.py``) builds and signs with it and posts through its own client (a test
+must be able to send exactly the headers it gives, none included). It owns what is sent and
+how, not when (the emulator, or a test, decides that):
 
-**Events** go out as Slack sends them: an ``event_callback`` JSON envelope (:func:`envelope`
-around a :func:`human_event`), signed v0 with the signing secret (``X-Slack-Request-Timestamp``,
-``X-Slack-Signature``: :func:`sign`). The bot has :data:`ACK_TIMEOUT_S` (3 s) to answer 2xx; a
+**Events** go out as Slack sends them: an ``event_callback`` JSON envelope (:func:`envelope`,
+:func:`event_body`, around e.g. a :func:`human_event`), signed v0 with the signing secret
+(``X-Slack-Request-Timestamp``, ``X-Slack-Signature``: :func:`sign`, HMAC-SHA256 over
+``v0:{timestamp}:{body}``). The bot has :data:`ACK_TIMEOUT_S` (3 s) to answer 2xx; a
 timeout, a connection failure or any other status is retried by :func:`deliver_event` up to
 :data:`MAX_RETRIES` times with ``X-Slack-Retry-Num`` (1..3) and ``X-Slack-Retry-Reason``
-(``http_timeout``, ``connection_failed`` or ``http_error``), the same ``event_id`` and a fresh
-signature; an answer carrying ``X-Slack-No-Retry: 1`` stops the retries. Slack waits about a
-minute and then five minutes between retries; the emulator waits :data:`RETRY_DELAYS_S` (1 s,
-2 s, 4 s) so local development does not stall.
+(``http_timeout``, ``connection_failed`` or ``http_error``: :func:`retried`), the same
+``event_id`` and a fresh signature; an answer carrying ``X-Slack-No-Retry: 1`` stops the
+retries. Slack waits about a minute and then five minutes between retries; the emulator waits
+:data:`RETRY_DELAYS_S` (1 s, 2 s, 4 s) so local development does not stall.
 
 **Clicks** go out as ``block_actions`` (:func:`block_actions`, :func:`form_body`): form-encoded
 ``payload=<json>``, signed, with the clicker, the clicked message as it is now, the button
@@ -31,16 +35,17 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlencode
 
 import aiohttp
 
-from bot.slack.fake import BOT_USER_ID, TEAM_ID, Message
+from bot.emulator.slack_wire import APP_ID, BOT_USER_ID, TEAM_ID, Message
 
-APP_ID = "A0OPSLOOP"
+JSON = "application/json"
+FORM = "application/x-www-form-urlencoded"
 TEAM_DOMAIN = "opsloop-dev"
 VERIFICATION_TOKEN = "dev-verification-token"  # the deprecated body token Slack still sends
 USER_AGENT = "Slackbot 1.0 (+https://api.slack.com/robots)"
@@ -72,14 +77,22 @@ class Delivery:
         return 200 <= self.status < 300
 
 
-def sign(body: bytes, secret: str, timestamp: int) -> dict[str, str]:
-    """Slack's v0 signature headers: HMAC-SHA256 of ``v0:{timestamp}:{body}``."""
-    base = b"v0:" + str(timestamp).encode() + b":" + body
+def sign(body: bytes, secret: str, *, timestamp: int | None = None) -> dict[str, str]:
+    """Slack's v0 signature headers for ``body`` (signed now unless ``timestamp`` is given):
+    HMAC-SHA256 of ``v0:{timestamp}:{body}`` with the signing secret."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    base = b"v0:" + ts.encode() + b":" + body
     digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
-    return {"X-Slack-Request-Timestamp": str(timestamp), "X-Slack-Signature": f"v0={digest}"}
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}"}
+
+
+def retried(headers: Mapping[str, str], num: int = 1, reason: str = "http_error") -> dict[str, str]:
+    """``headers`` plus the markers Slack adds to a redelivery."""
+    return {**headers, "X-Slack-Retry-Num": str(num), "X-Slack-Retry-Reason": reason}
 
 
 def new_event_id() -> str:
+    """A unique event id shaped like Slack's (``Ev`` and upper-case alphanumerics)."""
     return "Ev" + uuid.uuid4().hex[:10].upper()
 
 
@@ -106,20 +119,27 @@ def human_event(message: Message, parent: Message | None) -> dict[str, Any]:
     return event
 
 
-def envelope(event: Mapping[str, Any], event_id: str) -> dict[str, Any]:
-    """The ``event_callback`` envelope Slack wraps an event in."""
+def envelope(
+    event: Mapping[str, Any],
+    event_id: str | None = None,
+    *,
+    team: str = TEAM_ID,
+    api_app_id: str = APP_ID,
+    event_time: int | None = None,
+) -> dict[str, Any]:
+    """The ``event_callback`` envelope Slack wraps an event in (a new event id unless given)."""
     return {
         "token": VERIFICATION_TOKEN,
-        "team_id": TEAM_ID,
-        "api_app_id": APP_ID,
+        "team_id": team,
+        "api_app_id": api_app_id,
         "event": dict(event),
         "type": "event_callback",
-        "event_id": event_id,
-        "event_time": int(time.time()),
+        "event_id": event_id or new_event_id(),
+        "event_time": int(time.time()) if event_time is None else event_time,
         "authorizations": [
             {
                 "enterprise_id": None,
-                "team_id": TEAM_ID,
+                "team_id": team,
                 "user_id": BOT_USER_ID,
                 "is_bot": True,
                 "is_enterprise_install": False,
@@ -130,10 +150,28 @@ def envelope(event: Mapping[str, Any], event_id: str) -> dict[str, Any]:
     }
 
 
+def event_body(
+    event: Mapping[str, Any],
+    event_id: str | None = None,
+    *,
+    team: str = TEAM_ID,
+    api_app_id: str = APP_ID,
+    event_time: int | None = None,
+) -> bytes:
+    """:func:`envelope` as the JSON bytes Slack posts."""
+    wrapped = envelope(event, event_id, team=team, api_app_id=api_app_id, event_time=event_time)
+    return json.dumps(wrapped).encode()
+
+
 def find_button(
-    blocks: Sequence[Mapping[str, Any]] | None, action_id: str, value: str
-) -> tuple[str, Mapping[str, Any]] | None:
-    """The button with ``action_id`` and ``value`` in ``blocks``, with its block's id."""
+    blocks: Iterable[Mapping[str, Any]] | None,
+    *,
+    action_id: str | None = None,
+    value: str | None = None,
+    text: str | None = None,
+) -> tuple[str, dict[str, Any]] | None:
+    """The first button in ``blocks`` matching every filter given (``text``: its label or
+    the start of it), with its block's id (a stand-in, as Slack makes one, if it has none)."""
     for index, block in enumerate(blocks or ()):
         elements = list(block.get("elements") or []) if block.get("type") == "actions" else []
         if isinstance(block.get("accessory"), Mapping):
@@ -141,12 +179,18 @@ def find_button(
         for element in elements:
             if not isinstance(element, Mapping) or element.get("type") != "button":
                 continue
-            if element.get("action_id") == action_id and str(element.get("value", "")) == value:
-                block_id = (
-                    block.get("block_id")
-                    or hashlib.sha1(f"{index}".encode(), usedforsecurity=False).hexdigest()[:5]
-                )
-                return str(block_id), element
+            if action_id is not None and element.get("action_id") != action_id:
+                continue
+            if value is not None and str(element.get("value", "")) != value:
+                continue
+            label = str((element.get("text") or {}).get("text", ""))
+            if text is not None and not label.startswith(text):
+                continue
+            block_id = (
+                block.get("block_id")
+                or hashlib.sha1(f"{index}".encode(), usedforsecurity=False).hexdigest()[:5]
+            )
+            return str(block_id), dict(element)
     return None
 
 
@@ -156,44 +200,47 @@ def block_actions(
     user_name: str,
     channel: str,
     channel_name: str,
-    message: Message,
+    message: Mapping[str, Any],
+    message_ts: str,
+    thread_ts: str | None,
     block_id: str,
     button: Mapping[str, Any],
-    action_id: str,
-    value: str,
     response_url: str,
+    team: str = TEAM_ID,
+    api_app_id: str = APP_ID,
 ) -> dict[str, Any]:
-    """The ``block_actions`` payload of a click on ``button`` of ``message``."""
+    """The ``block_actions`` payload of a click on ``button`` (its ``action_id``, ``value``,
+    ``text``, ``style``) of ``message`` (in Slack's shape, e.g. ``Message.as_slack()``)."""
     container: dict[str, Any] = {
         "type": "message",
-        "message_ts": message.ts,
+        "message_ts": message_ts,
         "channel_id": channel,
         "is_ephemeral": False,
     }
-    if message.thread_ts:
-        container["thread_ts"] = message.thread_ts
+    if thread_ts:
+        container["thread_ts"] = thread_ts
     action: dict[str, Any] = {
         "type": "button",
-        "action_id": action_id,
+        "action_id": str(button["action_id"]),
         "block_id": block_id,
         "text": dict(button.get("text") or {"type": "plain_text", "text": ""}),
-        "value": value,
+        "value": str(button.get("value", "")),
         "action_ts": f"{time.time():.6f}",
     }
     if button.get("style"):
         action["style"] = button["style"]
     return {
         "type": "block_actions",
-        "user": {"id": user_id, "username": user_name, "name": user_name, "team_id": TEAM_ID},
-        "api_app_id": APP_ID,
+        "user": {"id": user_id, "username": user_name, "name": user_name, "team_id": team},
+        "api_app_id": api_app_id,
         "token": VERIFICATION_TOKEN,
         "container": container,
         "trigger_id": f"{int(time.time())}.{secrets.randbelow(10**12)}.{uuid.uuid4().hex}",
-        "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
+        "team": {"id": team, "domain": TEAM_DOMAIN},
         "enterprise": None,
         "is_enterprise_install": False,
         "channel": {"id": channel, "name": channel_name},
-        "message": message.as_slack(),
+        "message": dict(message),
         "state": {"values": {}},
         "response_url": response_url,
         "actions": [action],
@@ -203,7 +250,7 @@ def block_actions(
 def form_body(payload: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
     """An interactivity request's body (``payload=<json>``, form-encoded) and headers."""
     body = urlencode({"payload": json.dumps(payload)}).encode()
-    return body, {"Content-Type": "application/x-www-form-urlencoded"}
+    return body, {"Content-Type": FORM}
 
 
 # ---- sending --------------------------------------------------------------------------------
@@ -219,7 +266,7 @@ async def post_signed(
     ack_timeout: float,
 ) -> Sent:
     """POST to the bot, signed now: (status, failure reason, X-Slack-No-Retry)."""
-    signed = {**headers, **sign(body, secret, int(time.time()))}
+    signed = {**headers, **sign(body, secret)}
     try:
         async with asyncio.timeout(ack_timeout):
             async with session.post(
@@ -251,16 +298,15 @@ async def deliver_event(
     attempt (the bot's URL was unset) ends the retries.
     """
     event_id = new_event_id()
-    body = json.dumps(envelope(event, event_id)).encode()
+    body = event_body(event, event_id)
     reason: str | None = None
     delays = (0.0, *retry_delays[:MAX_RETRIES])
     for attempt, delay in enumerate(delays):
         if delay > 0:
             await asyncio.sleep(delay)
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": JSON}
         if attempt:
-            headers["X-Slack-Retry-Num"] = str(attempt)
-            headers["X-Slack-Retry-Reason"] = reason or "http_error"
+            headers = retried(headers, attempt, reason or "http_error")
         status, reason, no_retry = await send(body, headers)
         delivery = Delivery("event", event["type"], event_id, event["ts"], attempt, status, reason)
         await record(delivery)
@@ -271,6 +317,8 @@ async def deliver_event(
 __all__ = [
     "ACK_TIMEOUT_S",
     "APP_ID",
+    "FORM",
+    "JSON",
     "MAX_RETRIES",
     "NO_ANSWER",
     "RETRY_DELAYS_S",
@@ -280,9 +328,12 @@ __all__ = [
     "block_actions",
     "deliver_event",
     "envelope",
+    "event_body",
     "find_button",
     "form_body",
     "human_event",
+    "new_event_id",
     "post_signed",
+    "retried",
     "sign",
 ]

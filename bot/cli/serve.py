@@ -1,0 +1,30 @@
+"""``opsloop serve`` and ``opsloop socket``: run the bot against Slack.
+
+``serve`` answers Slack's Events API over HTTP (``POST /slack/events``, ``GET /healthz``,
+``GET /metrics`` on ``HOST``:``PORT``); ``socket`` runs the same app over Socket Mode
+(``SLACK_APP_TOKEN``), with the same health and metrics endpoints. Both read their settings
+from the environment and exit 2 with one line on stderr when those are wrong. Building and
+running the service is not this module's: it only loads the settings and hands them over.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(*, socket: bool) -> int:
+    """Serve over HTTP, or over Socket Mode with ``socket=True``, until stopped."""
+    from bot import logs
+    from bot.errors import ConfigError
+    from bot.service import serve, socket_mode
+    from bot.settings import load_bot_settings, load_llm_settings, load_tool_settings
+
+    logs.configure()
+    try:
+        bot, llm, tools = load_bot_settings(), load_llm_settings(), load_tool_settings()
+        logs.configure(secrets=[*bot.secret_values(), *llm.secret_values()])
+        (socket_mode if socket else serve)(bot, llm, tools)
+    except ConfigError as exc:
+        print(f"opsloop: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,20 @@
+"""Imitations of the outside world: what no machine here can reach, or what tests stand up.
+
+- ``slack``: the fake Slack Web API, a real aiohttp server holding messages and recording
+  calls; ``slack_wire`` what it speaks (ids, limits, message shapes, errors, request
+  params); ``slack_socket`` Slack's side of Socket Mode on the same server.
+- ``sender``: Slack's direction towards the bot, once: v0-signed ``event_callback`` envelopes
+  and ``block_actions`` bodies, posted with Slack's 3 s ack timeout and retries.
+- ``model_server``: the scripted model server (OpenAI chat completions, the model list, a
+  strict mode refusing what vLLM refuses); ``anthropic`` its Anthropic Messages rendering;
+  ``scripted`` what a script is made of (``Reply``, ``Fault``, ``ScriptedRequest``) and what
+  both renderings share, so neither imports the other.
+- ``redis_server``: a ``redis-server`` child process on a free loopback port.
+
+Who imports this package: ``bot/dev`` (the dev mode, and so ``opsloop dev``), tests and
+benchmarks. No product layer does (agent, llm, store, tools, turns, slack, the service's
+assembly, ``serve``): the running service reaches an imitation only through the URLs it is
+configured with. What belongs
+to the dev mode alone (its workspace page, dev users, demo service and model) stays in
+``bot/dev``.
+"""

@@ -1,0 +1,108 @@
+"""The process's Prometheus metrics, served on ``GET /metrics``.
+
+``Metrics`` holds two registries. ``registry``: what this process did — jobs by how they
+ended, model calls (time, tokens, failures per model), tool runs (outcome, time), the
+time to answer Slack, the event loop's lag, and ``opsloop_redis_up``. ``live``: what the
+whole workspace has open right now (live jobs, pending approvals), read from Redis at
+each scrape and left out when Redis does not answer rather than shown stale.
+
+Who feeds them: the Slack edge's job reporter (``bot.slack.notifier``: jobs, model
+calls, tools), its transports (``bot.slack.http``, ``bot.slack.socket``: ack time and the
+scrape), and ``watch_loop`` (loop lag), started by the composition root
+(``bot.service``). Nothing here knows Slack or Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LAG_PROBE_S = 0.05
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.jobs = Counter(
+            "opsloop_jobs", "Jobs by final status", ["status"], registry=self.registry
+        )
+        self.model_calls = Counter("opsloop_model_calls", "Model calls", registry=self.registry)
+        self.model_errors = Counter(
+            "opsloop_model_errors",
+            "Model calls that failed (after the client's own retries)",
+            ["model"],
+            registry=self.registry,
+        )
+        self.model_seconds = Histogram(
+            "opsloop_model_seconds",
+            "Time of each model call, to its last byte",
+            ["model"],
+            buckets=(0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
+            registry=self.registry,
+        )
+        self.model_tokens = Counter(
+            "opsloop_model_tokens",
+            "Tokens the provider reported: prompt (cached included), cached, completion",
+            ["model", "kind"],
+            registry=self.registry,
+        )
+        self.tools = Counter(
+            "opsloop_tool_executions",
+            "Tool executions",
+            ["tool", "outcome"],
+            registry=self.registry,
+        )
+        self.tool_seconds = Histogram(
+            "opsloop_tool_seconds",
+            "Time of each tool run",
+            ["tool"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self.redis_up = Gauge(
+            "opsloop_redis_up", "1 when Redis answered this scrape", registry=self.registry
+        )
+        # Read from Redis at each scrape (the whole workspace, every process); absent
+        # when Redis does not answer rather than a stale figure.
+        self.live = CollectorRegistry()
+        self.live_jobs = Gauge(
+            "opsloop_live_jobs",
+            "Jobs queued, running or awaiting approval",
+            registry=self.live,
+        )
+        self.pending_approvals = Gauge(
+            "opsloop_pending_approvals", "Approval cards waiting for a decision", registry=self.live
+        )
+        self.ack = Histogram(
+            "opsloop_ack_seconds",
+            "Time to answer Slack",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=self.registry,
+        )
+        self.loop_lag = Histogram(
+            "opsloop_event_loop_lag_seconds",
+            "How late a 50 ms timer fires (time everything waits for the event loop)",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=self.registry,
+        )
+
+    def scrape(self, live: tuple[int, int] | None) -> bytes:
+        """The body of one scrape. ``live``: the workspace's live jobs and pending
+        approvals as Redis just said, or None when it did not answer."""
+        if live is None:
+            self.redis_up.set(0)
+            return generate_latest(self.registry)
+        self.redis_up.set(1)
+        self.live_jobs.set(live[0])
+        self.pending_approvals.set(live[1])
+        return generate_latest(self.registry) + generate_latest(self.live)
+
+
+async def watch_loop(metrics: Metrics) -> None:
+    """Measure how late a short timer fires, until cancelled (``opsloop_event_loop_lag``)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(LAG_PROBE_S)
+        metrics.loop_lag.observe(max(0.0, loop.time() - started - LAG_PROBE_S))

@@ -1,0 +1,303 @@
+"""The composition root: it builds the running service from settings and hands each part
+what it needs through its constructor.
+
+``Service.open`` makes, in dependency order and with constructor arguments only (nothing
+is patched in afterwards): Redis, the model HTTP client and fallback chain, the system
+prompt, the tool catalogue (MCP servers connected), the Slack Web API client, the paced
+``chat.update`` budget, the metrics; then the Slack edge's ``SlackNotifier`` (how a job
+shows itself), ``Turns`` (which takes the notifier), the process's ``Tasks`` (which take
+``Turns``), the buttons' ``Interactions`` and the message listeners (which take ``Turns``
+and ``Tasks.schedule``), the ``Scanner`` (with the card hooks of ``Interactions``) and
+the bolt app. ``start`` spawns the long-lived loops; ``close`` drains and closes in
+reverse order.
+
+``serve`` and ``socket_mode`` are ``opsloop serve`` and ``opsloop socket``: the service
+behind one of the Slack edge's transports (``bot.slack.http``, ``bot.slack.socket``).
+What belongs elsewhere: reading the environment (``bot.settings``), the Slack edge's
+behaviour (``bot.slack``), running jobs (``bot.turns``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+from dataclasses import dataclass
+
+import aiohttp
+import httpx
+import redis.asyncio as aioredis
+from aiohttp import web
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+
+from bot.llm.chain import build_chain
+from bot.llm.condense import ModelCondenser
+from bot.llm.http import make_http_client
+from bot.metrics import Metrics, watch_loop
+from bot.prompts import load_system_prompt
+from bot.scrub import Scrubber
+from bot.settings import BotSettings, LLMSettings, ToolSettings
+from bot.slack import http
+from bot.slack.actions import Interactions
+from bot.slack.app import Messages, bolt_app
+from bot.slack.client import ScrubbingWebClient
+from bot.slack.identity import BotIdentity
+from bot.slack.notifier import SlackNotifier
+from bot.slack.policy import ApproverPolicy
+from bot.slack.progress import budget_sender
+from bot.slack.updates import UpdateBudget
+from bot.store.connection import connect, durability
+from bot.store.jobs import JobLimits
+from bot.store.keys import Keys
+from bot.turns.runner import Turns, TurnSettings
+from bot.turns.scanner import Scanner
+from bot.turns.tasks import Tasks
+from tools.packs import PackConfig
+from tools.registry import Catalog, open_catalog
+
+log = logging.getLogger(__name__)
+
+
+def turn_settings(bot: BotSettings, llm: LLMSettings) -> TurnSettings:
+    """The job limits and run options every job of this process gets."""
+    return TurnSettings(
+        limits=JobLimits(
+            max_iterations=bot.max_iterations,
+            deadline_s=bot.deadline_s,
+            token_budget=bot.token_budget,
+        ),
+        max_output_tokens=llm.max_output_tokens,
+        condense_at_tokens=llm.condense_at_tokens,
+        stream=llm.stream,
+        approval_ttl_s=bot.approval_ttl_s,
+        approval_remind_s=bot.approval_remind_s,
+    )
+
+
+def slack_client(
+    bot: BotSettings, llm: LLMSettings, session: aiohttp.ClientSession
+) -> ScrubbingWebClient:
+    """The one Slack Web API client: every payload scrubbed of the bot's secrets,
+    connection errors, 5xx and 429 retried by slack-sdk."""
+    assert bot.slack_bot_token is not None  # required
+    return ScrubbingWebClient(
+        scrubber=Scrubber([*bot.secret_values(), *llm.secret_values()]),
+        token=bot.slack_bot_token,
+        base_url=bot.slack_api_url,
+        session=session,
+        retry_handlers=[
+            AsyncConnectionErrorRetryHandler(),
+            AsyncServerErrorRetryHandler(max_retry_count=2),
+            AsyncRateLimitErrorRetryHandler(max_retry_count=2),
+        ],
+    )
+
+
+def require(bot: BotSettings, *, socket: bool) -> None:
+    """``ConfigError`` unless the settings name what the transport needs."""
+    if socket:  # Socket Mode: no request URL, so no signing secret
+        bot.require("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "REDIS_URL")
+    else:
+        bot.require("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "REDIS_URL")
+
+
+@dataclass(kw_only=True)
+class Service:
+    """One process serving one workspace: ``await Service.open(...)``, ``start()``,
+    ``web_app()``, ``await close()``."""
+
+    settings: BotSettings
+    socket: bool
+    redis: aioredis.Redis
+    model_http: httpx.AsyncClient
+    catalog: Catalog
+    session: aiohttp.ClientSession
+    client: ScrubbingWebClient
+    budget: UpdateBudget
+    metrics: Metrics
+    turns: Turns
+    tasks: Tasks
+    scanner: Scanner
+    app: AsyncApp
+
+    @classmethod
+    async def open(
+        cls, bot: BotSettings, llm: LLMSettings, tools: ToolSettings, *, socket: bool = False
+    ) -> Service:
+        """Build every part from the settings (see the module docstring)."""
+        require(bot, socket=socket)
+        assert bot.redis_url is not None
+        redis = connect(bot.redis_url)
+        setting = await durability(redis)
+        if setting is not None and not setting.every_write:
+            log.warning("Redis durability: %s", setting.describe())
+        model_http = make_http_client(llm)
+        resolver = build_chain(llm, model_http)
+        prompt = load_system_prompt(bot.system_prompt_file)
+        catalog = await open_catalog(  # MCP servers connected, when configured
+            pack_names=tools.pack_names,
+            pack_config=PackConfig.from_settings(tools),
+            tools_file=tools.tools_file,
+        )
+        session = aiohttp.ClientSession()
+        client = slack_client(bot, llm, session)
+        budget = UpdateBudget(budget_sender(client))
+        metrics = Metrics()
+        identity = BotIdentity(client)
+        policy = ApproverPolicy(
+            bot.approver_ids,
+            client,
+            bot_user=lambda: identity.user,
+            home_team=identity.home_team,
+        )
+        turns = Turns(
+            redis=redis,
+            keys=Keys(bot.redis_prefix),
+            resolver=resolver,
+            catalog=catalog,
+            system_prompt=prompt,
+            settings=turn_settings(bot, llm),
+            condense=ModelCondenser.from_settings(
+                resolver.chain()[0], system_prompt=prompt, settings=llm
+            ),
+            notifier=SlackNotifier(
+                client=client,
+                budget=budget,
+                identity=identity,
+                approvers=policy.approvers,
+                metrics=metrics,
+            ),
+        )
+        tasks = Tasks(turns, drain_s=bot.drain_s)
+        interactions = Interactions(
+            client=client,
+            budget=budget,
+            turns=turns,
+            policy=policy,
+            schedule=tasks.schedule,
+            background=tasks.spawn,
+        )
+        messages = Messages(
+            client=client,
+            turns=turns,
+            identity=identity,
+            schedule=tasks.schedule,
+            allowed_bots=bot.allowed_bot_ids,
+        )
+        scanner = Scanner(
+            turns,
+            schedule=tasks.schedule,
+            on_expired=interactions.card_expired,
+            on_remind=interactions.remind,
+            on_card=interactions.redo_card,
+        )
+        app = bolt_app(
+            client=client,
+            signing_secret=bot.slack_signing_secret,
+            socket=socket,
+            messages=messages,
+            interactions=interactions,
+        )
+        return cls(
+            settings=bot,
+            socket=socket,
+            redis=redis,
+            model_http=model_http,
+            catalog=catalog,
+            session=session,
+            client=client,
+            budget=budget,
+            metrics=metrics,
+            turns=turns,
+            tasks=tasks,
+            scanner=scanner,
+            app=app,
+        )
+
+    def start(self) -> None:
+        """Spawn the long-lived loops: the scanner, the stop listener, the lag probe."""
+        self.tasks.spawn(self.scanner.run(), "scanner")
+        self.tasks.spawn(self.turns.listen_for_stops(), "stop signals")
+        self.tasks.spawn(watch_loop(self.metrics), "loop lag")
+
+    def web_app(self) -> web.Application:
+        """``/healthz`` and ``/metrics``, and ``/slack/events`` unless over Socket Mode."""
+        return http.web_app(
+            app=self.app,
+            turns=self.turns,
+            metrics=self.metrics,
+            signing_secret=None if self.socket else self.settings.slack_signing_secret,
+        )
+
+    async def close(self) -> None:
+        """Shut down (SIGTERM, a deploy): drain the jobs (``bot.turns.tasks``), then close
+        every client."""
+        await self.tasks.close()
+        await self.budget.aclose()
+        await self.catalog.aclose()
+        await self.session.close()
+        await self.model_http.aclose()
+        await self.redis.aclose()
+
+
+def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
+    """Run ``opsloop serve`` until interrupted."""
+    require(bot, socket=False)
+
+    async def opened() -> web.Application:
+        service = await Service.open(bot, llm, tools)
+        service.start()
+        app = service.web_app()
+        # Everything built so far lives as long as the process: keep it out of the
+        # collector's full passes, whose pauses hold up every request.
+        gc.collect()
+        gc.freeze()
+
+        async def cleanup(_: web.Application) -> None:
+            await service.close()
+
+        app.on_cleanup.append(cleanup)
+        return app
+
+    http.run(opened(), host=bot.host, port=bot.port)
+
+
+def socket_mode(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
+    """Run ``opsloop socket``: the same app over Socket Mode (``SLACK_APP_TOKEN``), with
+    ``GET /healthz`` and ``GET /metrics`` on ``HOST``:``PORT`` as ``serve`` has them (no
+    request URL: events and clicks arrive over the websocket). SIGTERM or SIGINT closes
+    the connection and stops cleanly; unacknowledged envelopes are redelivered by Slack."""
+    from bot.slack import socket  # the websocket client only where it is used
+
+    require(bot, socket=True)
+    app_token = bot.slack_app_token
+    assert app_token is not None
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        service = await Service.open(bot, llm, tools, socket=True)
+        service.start()
+        try:
+            await socket.run(
+                app=service.app,
+                client=service.client,
+                app_token=app_token,
+                metrics=service.metrics,
+                health=service.web_app(),
+                host=bot.host,
+                port=bot.port,
+                stop=stop,
+            )
+        finally:
+            await service.close()
+
+    asyncio.run(main())

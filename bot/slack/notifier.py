@@ -1,0 +1,140 @@
+"""How a job shows itself in its Slack thread: the ``Notifier`` that ``Turns`` calls.
+
+``SlackNotifier`` implements ``bot.turns.ports.Notifier`` without knowing ``Turns``: it
+opens a job's progress (``JobProgress``, wrapped in ``Reporter`` so the run's events
+also feed the process metrics), posts approval cards (returning the card's ts, which
+``Turns`` records), tells a thread about calls whose outcome an interruption made
+unknown, and puts the ``eyes`` reaction on messages a job took in. The buttons on what
+it posts are answered by ``bot.slack.actions``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.agent.events import Event, ModelRequestEnd, RunEnd, ToolEnd
+from bot.agent.ports import Injected
+from bot.agent.state import StopReason
+from bot.metrics import Metrics
+from bot.slack.blocks import approval_card
+from bot.slack.identity import BotIdentity
+from bot.slack.progress import JobProgress
+from bot.slack.updates import UpdateBudget
+from bot.store.approvals import ApprovalRecord
+from bot.store.jobs import JobRecord
+from bot.store.keys import Thread
+from bot.store.ledger import LedgerRecord
+
+log = logging.getLogger(__name__)
+
+FINISH_TIMEOUT_S = 60.0  # posting the answer and the ending
+AWAITING = StopReason.AWAITING_APPROVAL
+
+
+class Reporter:
+    """A job's progress plus the process metrics, as the runner's ``JobSink``."""
+
+    def __init__(self, progress: JobProgress, metrics: Metrics) -> None:
+        self.progress = progress
+        self.metrics = metrics
+        self.ended = False  # the run ended (rather than being abandoned on a store error)
+
+    def __call__(self, event: Event) -> None:
+        metrics = self.metrics
+        if isinstance(event, ToolEnd) and event.ran and not event.dry_run:
+            metrics.tools.labels(event.tool, "error" if event.is_error else "ok").inc()
+            metrics.tool_seconds.labels(event.tool).observe(event.duration_s)
+        elif isinstance(event, ModelRequestEnd):
+            metrics.model_calls.inc()
+            metrics.model_seconds.labels(event.model).observe(event.duration_s)
+            if event.usage is None:
+                metrics.model_errors.labels(event.model).inc()
+            else:
+                tokens = metrics.model_tokens
+                tokens.labels(event.model, "prompt").inc(event.usage.prompt_tokens)
+                tokens.labels(event.model, "cached").inc(event.usage.cached_tokens)
+                tokens.labels(event.model, "completion").inc(event.usage.completion_tokens)
+        elif isinstance(event, RunEnd):
+            self.ended = True
+            if event.result.stop_reason is not AWAITING:
+                metrics.jobs.labels(event.result.stop_reason.value).inc()
+        self.progress(event)
+
+    @property
+    def status_ts(self) -> str | None:
+        return self.progress.status_ts
+
+    async def aclose(self) -> None:
+        if not self.ended:
+            return  # abandoned: whoever resumes the job reports on it
+        try:
+            await asyncio.wait_for(self.progress.done.wait(), timeout=FINISH_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("job %s: the ending was not shown in time", self.progress.record.id)
+
+
+class SlackNotifier:
+    """``bot.turns.ports.Notifier`` over the Slack Web API."""
+
+    def __init__(
+        self,
+        *,
+        client: AsyncWebClient,
+        budget: UpdateBudget,
+        identity: BotIdentity,
+        approvers: Sequence[str],
+        metrics: Metrics,
+    ) -> None:
+        self.client = client
+        self.budget = budget
+        self.identity = identity
+        self.approvers = approvers
+        self.metrics = metrics
+
+    async def open_progress(self, record: JobRecord) -> Reporter:
+        """The job's face in the thread, opened once this process holds its lease."""
+        try:
+            await self.identity.load()
+        except Exception:
+            log.info("auth.test failed; answers are shown without chat streaming", exc_info=True)
+        progress = JobProgress(self.client, self.budget, record, team_id=self.identity.team_id)
+        try:
+            if record.meta.get("status_ts"):  # resumed: take its status message over
+                progress.status_ts = record.meta["status_ts"]
+                progress.refresh()
+            else:
+                await progress.start()
+        except Exception:
+            log.warning("no status message for job %s", record.id, exc_info=True)
+        return Reporter(progress, self.metrics)
+
+    async def post_card(self, record: JobRecord, approval: ApprovalRecord) -> str:
+        """Post the approval card of a paused job (cards go before progress updates)."""
+        card = approval_card(approval, approvers=self.approvers)
+        reply = await self.client.chat_postMessage(
+            channel=record.channel, thread_ts=record.thread_ts, text=card.text, blocks=card.blocks
+        )
+        return str(reply["ts"])
+
+    async def tell_unknown(self, record: JobRecord, entries: Sequence[LedgerRecord]) -> None:
+        names = ", ".join(sorted({f"`{e.tool}`" for e in entries if e.tool})) or "a change"
+        text = (
+            f":warning: {names} was started before an interruption and its outcome is "
+            "unknown. It will not be run again automatically: verify before retrying."
+        )
+        await self.client.chat_postMessage(
+            channel=record.channel, thread_ts=record.thread_ts, text=text
+        )
+
+    async def acknowledge(self, thread: Thread, items: Sequence[Injected]) -> None:
+        for item in items:
+            try:
+                await self.client.reactions_add(
+                    channel=thread.channel, timestamp=item.id, name="eyes"
+                )
+            except Exception:
+                log.info("could not react to %s", item.id, exc_info=True)

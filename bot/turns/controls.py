@@ -1,0 +1,216 @@
+"""What people do to a job from outside its run: decide its approval, stop it, continue it.
+
+``Turns.decide``, ``Turns.stop`` and ``Turns.raise_limit`` are these functions over the
+process's stores. A click only names an approval or a job; everything is looked up and
+judged here, and the caller (the Slack edge) only renders the verdict:
+
+- ``decide``: an ``Accepted`` decision (this click won the atomic pending → decided
+  transition, see ``bot.store.approvals``), or ``Refused`` with its reason: the card is
+  unknown, out of date (another message of the same approval), already decided,
+  expired, no longer matching the job's pending call (stale), or the clicker may not
+  decide it (the edge's approver policy, asked last through ``authorize``).
+- ``stop``: at once for a job nobody runs (queued or awaiting approval: its pending card
+  is cancelled too), else by flag and signal (the running loop ends it ``cancelled``).
+- ``raise_limit``: Continue raises the limit that stopped the job by its original value,
+  once per button, and makes the job runnable again.
+
+Store errors are not caught here: the edge tells the clicker to try again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from bot.agent.state import StopReason
+from bot.store.approvals import (
+    REFUSED_EXPIRED,
+    REFUSED_STALE,
+    ApprovalRecord,
+    Approvals,
+    Outcome,
+    refusal_text,
+)
+from bot.store.connection import StoreConflict
+from bot.store.jobs import JobRecord, Jobs, JobStatus, LimitRaise
+
+RefusalKind = Literal["unknown", "out_of_date", "decided", "expired", "stale", "not_allowed"]
+
+UNKNOWN_CARD = "this card is no longer valid"
+OUT_OF_DATE = "this card is out of date"
+ALREADY_DECIDED = "this approval was already decided"
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The click decided the approval; ``record`` is the decided approval."""
+
+    record: ApprovalRecord
+    kind: Literal["accepted"] = "accepted"
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Nothing changed; ``text`` says why, to the clicker."""
+
+    reason: RefusalKind
+    text: str
+    kind: Literal["refused"] = "refused"
+
+
+Verdict = Accepted | Refused
+
+# The clicker's permission for this approval: a refusal text, or None when allowed.
+Authorize = Callable[[ApprovalRecord], Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class StopOutcome:
+    """What ``stop`` did: ``cancelled`` at once (nobody ran the job), ``signalled`` to
+    the process running it, or the job had already ``ended``."""
+
+    kind: Literal["cancelled", "signalled", "ended"]
+    record: JobRecord | None
+    approval: ApprovalRecord | None = None  # the pending card it cancelled
+
+
+LIMIT_FIELDS: dict[JobStatus, tuple[Literal["iterations", "tokens", "deadline"], str]] = {
+    JobStatus.LIMIT_ITERATIONS: ("iterations", "max_iterations"),
+    JobStatus.LIMIT_TOKENS: ("tokens", "token_budget"),
+    JobStatus.LIMIT_DEADLINE: ("deadline", "deadline_s"),
+}
+
+
+def stopped_by(user: str) -> str:
+    """The cancel reason naming who pressed Stop (the ending shows it)."""
+    return f"stopped by <@{user}>"
+
+
+async def decide(
+    approvals: Approvals,
+    jobs: Jobs,
+    job_id: str,
+    call_id: str,
+    *,
+    outcome: Outcome,
+    by: str,
+    card_ts: str | None,
+    authorize: Authorize,
+    args_hash: str | None = None,
+) -> Verdict:
+    """Judge a click on the card ``card_ts`` of approval ``job_id``/``call_id`` and, when
+    nothing refuses it, record the decision (see the module docstring)."""
+    approval = await approvals.get(job_id, call_id) if call_id else None
+    if approval is None:
+        return Refused("unknown", UNKNOWN_CARD)
+    if approval.card_ts and card_ts and card_ts != approval.card_ts:
+        return Refused("out_of_date", OUT_OF_DATE)
+    if approval.status != "pending":
+        return Refused("decided", refusal_text(approval))
+    if time.time() >= approval.expires_at:
+        return Refused("expired", REFUSED_EXPIRED)
+    record = await jobs.get(job_id)
+    pending = record.progress.pending if record is not None else None
+    current = pending.approval if pending is not None else None
+    if (
+        record is None
+        or record.status is not JobStatus.AWAITING_APPROVAL
+        or current is None
+        or current.call_id != call_id
+        or current.args_hash != approval.args_hash
+    ):
+        return Refused("stale", REFUSED_STALE)
+    if (refusal := await authorize(approval)) is not None:
+        return Refused("not_allowed", refusal)
+    result = await approvals.decide(
+        job_id, call_id, outcome=outcome, by=by, args_hash=args_hash, now=time.time()
+    )
+    if result is None:
+        return Refused("unknown", UNKNOWN_CARD)
+    if not result.won:
+        reason: RefusalKind = (
+            "expired"
+            if result.refusal == REFUSED_EXPIRED
+            else "stale"
+            if result.refusal == REFUSED_STALE
+            else "decided"
+        )
+        return Refused(reason, result.refusal or ALREADY_DECIDED)
+    return Accepted(result.record)
+
+
+async def stop(approvals: Approvals, jobs: Jobs, job_id: str, by: str) -> StopOutcome:
+    """Stop the job on behalf of ``by``: at once if nobody runs it, else by flag and
+    signal (the running loop ends it ``cancelled``)."""
+    for _ in range(3):
+        record = await jobs.get(job_id)
+        if record is None or record.status.final:
+            return StopOutcome("ended", record)
+        if record.status is JobStatus.RUNNING:
+            await jobs.request_cancel(job_id, by)
+            return StopOutcome("signalled", record)
+        try:
+            saved = await jobs.save(
+                record,
+                JobStatus.CANCELLED,
+                fence=record.fence,
+                stop_reason=StopReason.CANCELLED.value,
+                error=stopped_by(by),
+            )
+        except StoreConflict:
+            continue  # it changed meanwhile (picked up, decided): look again
+        approval = None
+        pending = record.progress.pending
+        if pending is not None and pending.approval is not None:
+            decided = await approvals.decide(
+                job_id,
+                pending.approval.call_id,
+                outcome="cancelled",
+                by=by,
+                args_hash=None,
+                now=time.time(),
+            )
+            approval = decided.record if decided is not None and decided.won else None
+        return StopOutcome("cancelled", saved, approval)
+    await jobs.request_cancel(job_id, by)
+    return StopOutcome("signalled", await jobs.get(job_id))
+
+
+async def raise_limit(jobs: Jobs, job_id: str, by: str, *, seq: int | None) -> JobRecord | str:
+    """Continue a job stopped by a limit: raise that limit by its original value,
+    record who did, and make the job runnable; the new record, or why not.
+
+    ``seq`` is the number of raises the job had when the clicked Continue was shown:
+    each button raises once (a replay, or the button of an earlier ending, finds
+    more raises recorded and changes nothing). ``None``: a button from before
+    buttons carried it."""
+    record = await jobs.get(job_id)
+    if record is None:
+        return "this job no longer exists"
+    if seq is not None and seq != len(record.raises):
+        return "this Continue was already used; only the latest ending's button continues"
+    if not record.status.limit:
+        return f"the job is {record.status.value.replace('_', ' ')}, not stopped by a limit"
+    name, field_name = LIMIT_FIELDS[record.status]
+    raised = sum(r.amount for r in record.raises if r.limit == name)
+    current = float(getattr(record.limits, field_name))
+    original = current - raised
+    amount = int(original) if field_name != "deadline_s" else original
+    limits = record.limits.model_copy(
+        update={field_name: type(getattr(record.limits, field_name))(current + amount)}
+    )
+    raises = [*record.raises, LimitRaise(limit=name, amount=amount, by=by, at=time.time())]
+    try:
+        return await jobs.save(
+            record,
+            JobStatus.RUNNING,
+            fence=record.fence,
+            via="raise",
+            limits=limits,
+            raises=raises,
+            stop_reason=None,
+        )
+    except StoreConflict:
+        return "someone else continued or changed this job first"
