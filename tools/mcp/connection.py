@@ -10,15 +10,32 @@ stdio servers are started by ``stdio.py`` in their own session (process group) w
 the environment built here: ``PATH``, ``HOME``, ``LANG`` as for command tools plus the
 entry's ``env`` (``${NAME}`` expanded from the bot's environment), nothing else.
 Closing stops the child and its group (stdin closed, SIGTERM, SIGKILL, all bounded).
-A connection that broke is reconnected by the next call; consecutive failures wait
-``1, 2, 4 … MAX_BACKOFF_S`` seconds between attempts, and a call that comes before the
-next attempt is due is answered at once with the reason. A failure is a failed connect,
+A streamable HTTP server's ``headers`` (``${NAME}`` expanded likewise) go with every
+request, on our own HTTP client. Their values are credentials: they are masked in every
+message and log line made here, whatever the server echoed. The streams of what a server
+sends unasked (the GET stream of the 2025 protocol versions, a ``subscriptions/listen``
+answer at 2026-07-28) may be quiet for long: the entry's ``timeout`` bounds every other
+read but not theirs. An HTTP connection has ended when the server went away or forgot
+us, even with no call in flight: such a stream broke off (not a timeout), or the server
+answered our session 404 (the spec's "start a new session"; a call that got it is an
+error, the next one reconnects).
+
+A connection that broke is reconnected by the next call (a new child, or a new
+initialize and session); consecutive failures wait ``1, 2, 4 … MAX_BACKOFF_S`` seconds
+between attempts, and a call that comes before the next attempt is due is answered at
+once with the reason. A failure is a failed connect,
 or a connection that ended unexpectedly less than ``HEALTHY_S`` after it started (a
 server that crashes on every call): the first such end is restarted at once (a server
 killed once comes back with the next call), each further one in a row waits its step, so
 a crash-looping server costs at most one restart per step. A connection that lived
 ``HEALTHY_S`` or longer resets the count when it ends. ``now`` (monotonic seconds) is
 injectable for tests.
+
+The owner is told (``on_tools_changed``) when the server's tools may have changed: a
+``notifications/tools/list_changed`` (at 2026-07-28 through a ``subscriptions/listen``
+stream we open; before, sent unasked on the session: stdio's stdout, HTTP's GET stream),
+and every reconnect after the first start, since a restarted server may offer other
+tools. Listing them again is the owner's (``relist``).
 """
 
 from __future__ import annotations
@@ -29,22 +46,29 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import anyio
 import httpx2
 import mcp_types
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from bot.agent.redact import mask_values
 from bot.errors import ToolError
-from tools.command import DEFAULT_LANG, DEFAULT_PATH, EnvRef, check_env, parse_env_value
+from bot.scrub import MIN_SECRET_CHARS
+from tools.env import DEFAULT_LANG, DEFAULT_PATH, EnvRef, check_env, parse_env_value
 from tools.mcp.stdio import stdio_transport
+from tools.mcp.transport import (
+    Ending,
+    HttpTransport,
+    unbounded_read,
+    watch_response,
+    watched,
+)
 from tools.spec import McpServerSpec
 
 log = logging.getLogger(__name__)
@@ -65,9 +89,10 @@ class McpDown(ToolError):
     """The server is unreachable, hung or broke the protocol."""
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, secrets: Sequence[str] = ()) -> str:
+    """What went wrong, in one bounded line, with ``secrets`` masked."""
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return _reason(exc.exceptions[0])
+        return _reason(exc.exceptions[0], secrets)
     if isinstance(exc, MCPError):
         text = f"error {exc.code}: {exc.error.message}"
     elif isinstance(exc, ValidationError):
@@ -76,7 +101,7 @@ def _reason(exc: BaseException) -> str:
         text = "did not answer in time"
     else:
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    text = " ".join(text.split())
+    text = mask_values(" ".join(mask_values(text, secrets).split()), secrets)
     return text[:MAX_REASON_CHARS]
 
 
@@ -92,6 +117,18 @@ def expand(template: str, environ: Mapping[str, str], *, where: str) -> str:
         else:
             chunks.append(part)
     return "".join(chunks)
+
+
+def header_secrets(spec: McpServerSpec, environ: Mapping[str, str]) -> list[str]:
+    """The values to mask wherever the server's words are repeated: each expanded
+    header value and each ``${NAME}`` value in one, longest first (shorter than
+    ``MIN_SECRET_CHARS`` they are left, as the log scrubber leaves them)."""
+    found: set[str] = set()
+    for template in spec.headers.values():
+        parts = parse_env_value(template)
+        found.add(expand(template, environ, where="headers"))
+        found.update(environ.get(p.name, "") for p in parts if isinstance(p, EnvRef))
+    return sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
 
 
 def child_environment(spec: McpServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
@@ -134,12 +171,15 @@ class McpConnection:
         self._started_at = 0.0  # when the current connection was established
         self._live: asyncio.Event | None = None  # its stop event, until its end is counted
         self._closed = False
-        self.on_tools_changed: Callable[[], None] | None = None  # list_changed arrived
+        self._ending: Ending | None = None  # how the current connection ended, once it did
+        self._secrets: list[str] = []  # header values, masked in what we say
+        self.on_tools_changed: Callable[[], None] | None = None  # its tools may have changed
+        self.missed_change = False  # a change came while ``on_tools_changed`` was unset
         self.starts = 0  # how many times a connection was established
 
     # -- connecting -----------------------------------------------------------------
 
-    def _transport(self) -> Any:
+    def _transport(self, ending: Ending) -> Any:
         spec = self.spec
         if spec.command is not None:
             return stdio_transport(
@@ -153,13 +193,22 @@ class McpConnection:
             key: expand(value, self._environ, where=f"headers.{key}")
             for key, value in spec.headers.items()
         }
-        http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(spec.timeout))
-        return _HttpTransport(spec.url, http)
+        self._secrets = header_secrets(spec, self._environ)
+        http = httpx2.AsyncClient(
+            headers=headers,
+            timeout=httpx2.Timeout(spec.timeout),
+            event_hooks={"request": [unbounded_read], "response": [watch_response(ending)]},
+        )
+        return HttpTransport(spec.url, http)
 
-    async def _own(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
+    def _why(self, exc: BaseException) -> str:
+        return _reason(exc, self._secrets)
+
+    async def _own(
+        self, ready: asyncio.Future[Client], stop: asyncio.Event, ending: Ending
+    ) -> None:
         try:
-            closed = asyncio.Event()
-            transport = _watched(self._transport(), closed)
+            transport = watched(self._transport(ending), ending)
             client = Client(
                 transport,
                 mode="auto",
@@ -173,20 +222,18 @@ class McpConnection:
                 async with contextlib.AsyncExitStack() as stack:
                     drain = await self._subscribe(client, stack)
                     try:
-                        await _first(stop, closed)
+                        await _first(stop, ending.event)
                     finally:
                         if drain is not None:
                             drain.cancel()
                 if not stop.is_set():
                     # The server went away between calls: the next call starts it again.
-                    self._down_reason = "the server closed the connection"
-                    log.warning("mcp server %r: %s", self.name, self._down_reason)
-                    self._ended(stop)
+                    self._noticed(stop, ending)
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else McpDown("stopped"))
             elif not stop.is_set():
-                self._down_reason = _reason(exc)
+                self._down_reason = self._why(exc)
                 log.warning("mcp server %r: connection lost: %s", self.name, self._down_reason)
                 self._ended(stop)
             if isinstance(exc, asyncio.CancelledError):
@@ -208,7 +255,7 @@ class McpConnection:
         except ListenNotSupportedError:
             return None
         except Exception as exc:
-            log.info("mcp server %r: no tool change events: %s", self.name, _reason(exc))
+            log.info("mcp server %r: no tool change events: %s", self.name, self._why(exc))
             return None
 
         async def drain() -> None:
@@ -220,14 +267,22 @@ class McpConnection:
 
     async def _message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
-            if self.on_tools_changed is not None:
-                self.on_tools_changed()
+            self._tools_changed()
+
+    def _tools_changed(self) -> None:
+        if self.on_tools_changed is None:
+            self.missed_change = True  # before its owner watched: told when it does
+            return
+        try:
+            self.on_tools_changed()
+        except Exception:
+            log.exception("mcp server %r: the tools-changed hook failed", self.name)
 
     async def _connect(self) -> Client:
-        stop = asyncio.Event()
+        stop, ending = asyncio.Event(), Ending()
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
-        owner = asyncio.create_task(self._own(ready, stop), name=f"mcp:{self.name}")
-        self._owner, self._stop = owner, stop
+        owner = asyncio.create_task(self._own(ready, stop, ending), name=f"mcp:{self.name}")
+        self._owner, self._stop, self._ending = owner, stop, ending
         try:
             async with asyncio.timeout(self._connect_timeout):
                 client = await asyncio.shield(ready)
@@ -241,7 +296,9 @@ class McpConnection:
                     f"{self._connect_timeout:g}s"
                 ) from None
             if isinstance(exc, Exception):
-                raise McpDown(f"mcp server {self.name!r} could not start: {_reason(exc)}") from None
+                raise McpDown(
+                    f"mcp server {self.name!r} could not start: {self._why(exc)}"
+                ) from None
             raise
         self._client = client
         self._started_at, self._live = self._now(), stop
@@ -275,21 +332,39 @@ class McpConnection:
                         break
         except Exception as exc:
             raise McpDown(
-                f"mcp server {self.name!r} could not list its tools: {_reason(exc)}"
+                f"mcp server {self.name!r} could not list its tools: {self._why(exc)}"
             ) from None
         if len(tools) > MAX_TOOLS:
             log.warning("mcp server %r: only the first %d tools are used", self.name, MAX_TOOLS)
         return tools[:MAX_TOOLS]
 
+    def _live_client(self) -> Client | None:
+        """The current client, unless its connection ended (or is ending)."""
+        owner, ending = self._owner, self._ending
+        if owner is None or owner.done() or (ending is not None and ending.event.is_set()):
+            return None
+        return self._client
+
+    def _noticed(self, stop: asyncio.Event, ending: Ending) -> None:
+        """The connection of ``stop`` ended, as ``ending`` says: counted once, logged once."""
+        if self._live is not stop:
+            return
+        self._down_reason = ending.why or "the server closed the connection"
+        log.warning("mcp server %r: %s", self.name, self._down_reason)
+        self._ended(stop)
+
     async def _ensure(self) -> Client:
-        """The live client, reconnecting (with backoff) if the last one broke."""
-        if self._client is not None and self._owner is not None and not self._owner.done():
-            return self._client
+        """The live client, reconnecting (with backoff) if the last one broke; a
+        reconnect after the first start tells the owner its tools may have changed."""
+        if (client := self._live_client()) is not None:
+            return client
         if self._closed:
             raise McpDown(f"mcp server {self.name!r} is closed")
         async with self._lock:
-            if self._client is not None and self._owner is not None and not self._owner.done():
-                return self._client
+            if (client := self._live_client()) is not None:
+                return client
+            if self._stop is not None and self._ending is not None and self._ending.event.is_set():
+                self._noticed(self._stop, self._ending)  # before its owner got round to it
             now = self._now()
             if now < self._next_attempt:
                 raise McpDown(
@@ -308,6 +383,8 @@ class McpConnection:
             # The count is reset only by a connection that proves healthy (``_ended``).
             log.info("mcp server %r: reconnected", self.name)
             self._down_reason = None
+            if self.starts > 1:  # a restarted server may offer other tools
+                self._tools_changed()
             return client
 
     def _ended(self, stop: asyncio.Event | None) -> None:
@@ -356,7 +433,7 @@ class McpConnection:
         result."""
         timeout = time_limit
         client = await self._ensure()
-        stop = self._stop  # this connection's, for counting its end
+        stop, ending = self._stop, self._ending  # this connection's, for counting its end
         try:
             async with asyncio.timeout(timeout):
                 return await client.call_tool(
@@ -374,16 +451,22 @@ class McpConnection:
                 raise McpDown(
                     f"mcp server {self.name!r} closed the connection during the call"
                 ) from None
+            if ending is not None and ending.why is not None:  # e.g. it forgot our session
+                await self._lost(ending.why, stop)
+                raise McpDown(
+                    f"mcp server {self.name!r} lost the connection during the call: "
+                    f"{ending.why}; the next call reconnects ({self._why(exc)})"
+                ) from None
             if exc.code == mcp_types.REQUEST_TIMEOUT:
                 raise McpDown(
                     f"mcp server {self.name!r} did not answer within {timeout:g}s"
                 ) from None
-            raise McpDown(f"mcp server {self.name!r}: {_reason(exc)}") from None
+            raise McpDown(f"mcp server {self.name!r}: {self._why(exc)}") from None
         except (ValidationError, ValueError) as exc:
-            raise McpDown(f"mcp server {self.name!r} {_reason(exc)}") from None
+            raise McpDown(f"mcp server {self.name!r} {self._why(exc)}") from None
         except (OSError, httpx2.HTTPError, ExceptionGroup) as exc:
-            await self._lost(_reason(exc), stop)
-            raise McpDown(f"mcp server {self.name!r} is unreachable: {_reason(exc)}") from None
+            await self._lost(self._why(exc), stop)
+            raise McpDown(f"mcp server {self.name!r} is unreachable: {self._why(exc)}") from None
 
     async def _lost(self, reason: str, stop: asyncio.Event | None) -> None:
         self._down_reason = reason
@@ -405,7 +488,7 @@ class McpConnection:
 
     async def _drop(self) -> None:
         owner, stop = self._owner, self._stop
-        self._client, self._owner, self._stop = None, None, None
+        self._client, self._owner, self._stop, self._ending = None, None, None, None
         if owner is not None and stop is not None:
             await self._end(owner, stop)
 
@@ -428,47 +511,3 @@ async def _first(*events: asyncio.Event) -> None:
     finally:
         for wait in waits:
             wait.cancel()
-
-
-@contextlib.asynccontextmanager
-async def _watched(transport: Any, closed: asyncio.Event) -> AsyncIterator[Any]:
-    """``transport``'s streams, with ``closed`` set when the server's side ends (a stdio
-    child that exited), so that the owner stops waiting on a dead connection."""
-    async with transport as (read, write):
-        send, receive = anyio.create_memory_object_stream[Any](0)
-
-        async def forward() -> None:
-            try:
-                async with send:
-                    async for item in read:
-                        await send.send(item)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
-            finally:
-                closed.set()
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(forward)
-            try:
-                yield receive, write
-            finally:
-                group.cancel_scope.cancel()
-                receive.close()
-                send.close()
-
-
-class _HttpTransport:
-    """The streamable HTTP transport with our HTTP client (headers, timeouts)."""
-
-    def __init__(self, url: str, http: httpx2.AsyncClient) -> None:
-        self.url, self.http = url, http
-
-    async def __aenter__(self) -> Any:
-        self._cm = streamable_http_client(self.url, http_client=self.http)
-        return await self._cm.__aenter__()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        try:
-            await self._cm.__aexit__(*exc)
-        finally:
-            await self.http.aclose()

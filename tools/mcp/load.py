@@ -90,6 +90,9 @@ class McpTools:
     def watch(self, spec: McpServerSpec, connection: McpConnection) -> None:
         """List ``connection``'s tools again when it says they changed."""
         connection.on_tools_changed = lambda: self._changed(spec, connection)
+        if connection.missed_change:  # it changed while the other servers still connected
+            connection.missed_change = False
+            self._changed(spec, connection)
 
     def _changed(self, spec: McpServerSpec, connection: McpConnection) -> None:
         self._dirty.add(spec.name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot.checkcmd import check_tools
+from bot.cli.check import check_tools
 from bot.settings import ToolSettings
 
 

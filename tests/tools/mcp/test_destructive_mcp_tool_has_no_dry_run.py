@@ -12,9 +12,9 @@ from bot.agent.config import AgentConfig
 from bot.agent.events import ToolStart
 from bot.agent.ports import Approved, ConfirmRequest, Decision
 from bot.agent.testing import ScriptedModel, call, calls, text
-from tests.tools.mcp.conftest import Connect
 from bot.slack.blocks import NO_DRY_RUN, approval_card
 from bot.store.approvals import ApprovalRecord
+from tests.tools.mcp.conftest import Connect
 
 
 async def test_card_without_dry_run_then_the_approved_write(
