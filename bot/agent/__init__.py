@@ -2,7 +2,9 @@
 
 Public surface: ``run`` over an ``AgentConfig``, the neutral message types, the ports
 other layers implement, and the result/state types. See ``run.py`` for the order of
-an iteration.
+an iteration. Not here: anything that talks to the world (a model provider, Redis,
+Slack) — the other rooms implement the ports; this room imports only ``bot.errors``
+(``tests/test_layers.py``, ``tests/agent/test_core_is_pure.py``).
 """
 
 from bot.agent.cancel import CancelToken
