@@ -20,6 +20,11 @@ us, even with no call in flight: such a stream broke off (not a timeout), or the
 answered our session 404 (the spec's "start a new session"; a call that got it is an
 error, the next one reconnects).
 
+A call given up on (Stop, the job's deadline, its own timeout) is cancelled on the server
+by the SDK (``notifications/cancelled``); the server must then answer a request within
+``STOP_GRACE_S``, or it is stopped (a stdio child with its group) as one stuck in the
+abandoned work, and the next call starts it again.
+
 A connection that broke is reconnected by the next call (a new child, or a new
 initialize and session); consecutive failures wait ``1, 2, 4 … MAX_BACKOFF_S`` seconds
 between attempts, and a call that comes before the next attempt is due is answered at
@@ -79,6 +84,7 @@ CLOSE_TIMEOUT_S = 10.0  # the SDK's own stop is bounded (about 6 s); this is a b
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 HEALTHY_S = 10.0  # a connection that ends sooner than this counts as a failure
+STOP_GRACE_S = 5.0  # for a server given up on mid-call to answer again, or be stopped
 MAX_LIST_PAGES = 20
 MAX_TOOLS = 500
 MAX_REASON_CHARS = 300
@@ -174,6 +180,8 @@ class McpConnection:
         self._ending: Ending | None = None  # how the current connection ended, once it did
         self._secrets: list[str] = []  # header values, masked in what we say
         self.on_tools_changed: Callable[[], None] | None = None  # its tools may have changed
+        self.stop_grace = STOP_GRACE_S
+        self._checks: set[asyncio.Task[None]] = set()  # probes after an abandoned call
         self.missed_change = False  # a change came while ``on_tools_changed`` was unset
         self.starts = 0  # how many times a connection was established
 
@@ -443,7 +451,11 @@ class McpConnection:
                     progress_callback=progress,
                     meta=meta,  # type: ignore[arg-type]
                 )
+        except asyncio.CancelledError:  # Stop or the job's deadline: the SDK told the server
+            self._check_alive(client, stop)
+            raise
         except TimeoutError:
+            self._check_alive(client, stop)
             raise McpDown(f"mcp server {self.name!r} did not answer within {timeout:g}s") from None
         except MCPError as exc:
             if exc.code == mcp_types.CONNECTION_CLOSED:
@@ -458,6 +470,7 @@ class McpConnection:
                     f"{ending.why}; the next call reconnects ({self._why(exc)})"
                 ) from None
             if exc.code == mcp_types.REQUEST_TIMEOUT:
+                self._check_alive(client, stop)
                 raise McpDown(
                     f"mcp server {self.name!r} did not answer within {timeout:g}s"
                 ) from None
@@ -467,6 +480,32 @@ class McpConnection:
         except (OSError, httpx2.HTTPError, ExceptionGroup) as exc:
             await self._lost(self._why(exc), stop)
             raise McpDown(f"mcp server {self.name!r} is unreachable: {self._why(exc)}") from None
+
+    def _check_alive(self, client: Client, stop: asyncio.Event | None) -> None:
+        """After a call given up on (cancelled, or past its time; the server was sent
+        ``notifications/cancelled``), the server must still answer a request within
+        ``stop_grace``: one that does not (still stuck in the abandoned work, e.g. a
+        blocking handler) is stopped — a stdio child with its process group — and the
+        next call starts it again."""
+        if self._closed:
+            return
+        task = asyncio.create_task(self._ping_or_stop(client, stop), name=f"mcp-probe:{self.name}")
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    async def _ping_or_stop(self, client: Client, stop: asyncio.Event | None) -> None:
+        try:  # the probe: a tools/list past the SDK's cache (ping is gone from 2026-07-28)
+            async with asyncio.timeout(self.stop_grace):
+                await client.list_tools(cache_mode="bypass")
+            return
+        except TimeoutError:
+            why = f"did not stop a call it was told to cancel within {self.stop_grace:g}s"
+        except Exception as exc:
+            why = f"did not answer after a cancelled call ({self._why(exc)})"
+        if self._client is not client or self._closed:
+            return  # already gone or replaced
+        log.warning("mcp server %r %s; stopping it (the next call starts it again)", self.name, why)
+        await self._lost(why, stop)
 
     async def _lost(self, reason: str, stop: asyncio.Event | None) -> None:
         self._down_reason = reason
@@ -495,6 +534,9 @@ class McpConnection:
     async def aclose(self) -> None:
         """Stop the server (a stdio child and its group) and refuse further calls."""
         self._closed = True
+        for task in self._checks:
+            task.cancel()
+        await asyncio.gather(*self._checks, return_exceptions=True)
         await self._drop()
 
 
