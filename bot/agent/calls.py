@@ -8,6 +8,9 @@ Only ``read_only`` + ``parallel`` tools run concurrently (consecutive ones, unde
 semaphore); everything else runs alone, in call order. Results keep the call order.
 Every failure becomes an ``Error: …`` observation; nothing here raises into the loop
 except the store's own failures (memory, artifacts, ledger, confirm).
+An approved call's outcome (run, or answered by the ledger) carries its approver as
+``confirmed_by``; the tool receives it, and the history writes it into the call's stored
+arguments in place of whatever the model put there (``memory.record_approver``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from bot.agent.config import AgentConfig
 from bot.agent.events import Event, ToolEnd, ToolProgress, ToolStart
 from bot.agent.guard import Aborted, AbortKind, guarded
 from bot.agent.messages import ToolCall, parse_arguments
-from bot.agent.observe import ERROR_PREFIX, summary_line, to_text, truncation_note
+from bot.agent.observe import (
+    ERROR_PREFIX,
+    READ_ARTIFACT,
+    summary_line,
+    to_text,
+    truncation_note,
+)
 from bot.agent.ports import Approved, ConfirmRequest, Decision, Denied, Pending
 from bot.agent.redact import redact_secrets, redact_secrets_in_turns
 from bot.agent.state import PendingApproval, RunState
@@ -137,9 +146,16 @@ class CallRunner:
         return list(await asyncio.gather(*(one(c) for c in calls)))
 
     def _refused(
-        self, call: ToolCall, text: str, canonical_args: str = "", *, is_error: bool = True
+        self,
+        call: ToolCall,
+        text: str,
+        canonical_args: str = "",
+        *,
+        is_error: bool = True,
+        confirmed_by: str | None = None,
     ) -> Outcome:
-        """A call answered without running the tool (unknown, invalid, declined, replayed)."""
+        """A call answered without running the tool (unknown, invalid, declined, replayed;
+        ``confirmed_by`` when it was approved: a replay the ledger answered)."""
         self._emit(
             ToolEnd(
                 call_id=call.id,
@@ -148,10 +164,16 @@ class CallRunner:
                 is_error=is_error,
                 duration_s=0.0,
                 output_chars=len(text),
+                confirmed_by=confirmed_by,
             )
         )
         return Outcome(
-            call=call, text=text, real=text, is_error=is_error, canonical_args=canonical_args
+            call=call,
+            text=text,
+            real=text,
+            is_error=is_error,
+            canonical_args=canonical_args,
+            confirmed_by=confirmed_by,
         )
 
     def _validate(self, tool: Tool, call: ToolCall) -> tuple[BaseModel, str] | str:
@@ -303,12 +325,14 @@ class CallRunner:
                         f"(already executed; recorded result)\n{prior.output}",
                         canonical,
                         is_error=prior.output.startswith(ERROR_PREFIX),
+                        confirmed_by=who,
                     )
                 return self._refused(
                     call,
                     "Error: outcome unknown: this call was started before an interruption and "
                     "its result was never recorded; check the system before trying again",
                     canonical,
+                    confirmed_by=who,
                 )
         outcome = await self._execute(tool, model, call, canonical, confirmed_by=who)
         if ledger is not None:
@@ -389,7 +413,9 @@ class CallRunner:
         shown, artifact = text, None
         if len(text) > tool.output_bound:
             artifact = await self._config.artifacts.put(self._config.job_id, call.id, text)
-            shown = text[: max(tool.output_bound, 0)] + truncation_note(len(text), artifact)
+            readable = READ_ARTIFACT in self._tools  # the note names it only if offered
+            note = truncation_note(text, tool.output_bound, artifact, readable=readable)
+            shown = text[: max(tool.output_bound, 0)] + note
         self._emit(
             ToolEnd(
                 call_id=call.id,

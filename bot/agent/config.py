@@ -41,10 +41,21 @@ class StopVerdict:
     """A stop predicate's decision to end the run (``None`` means carry on / accept)."""
 
     reason: StopReason  # completed, incomplete or cancelled
-    message: str | None = None
+    message: str | None = None  # what is missing, for the ending (``RunResult.error``)
+    output: str | None = None  # the answer to show, when not the model's text as it is
 
 
-StopPredicate = Callable[[StopCheck], Awaitable[StopVerdict | None]]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AskAgain:
+    """Not done yet: add ``message`` to the history as a ``user`` message and call the
+    model again (a call like any other, under the job's limits). The loop records
+    ``key`` in ``RunState.asked``; a predicate asks each key at most once per job."""
+
+    key: str
+    message: str
+
+
+StopPredicate = Callable[[StopCheck], Awaitable[StopVerdict | AskAgain | None]]
 Checkpoint = Callable[[RunState], Awaitable[None]]
 
 

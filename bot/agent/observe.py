@@ -2,16 +2,19 @@
 
 Output is decoded (non-UTF-8 bytes replaced, never an exception), and anything longer
 than the tool's bound is cut with a note of its size and the artifact reference under
-which the full text was kept.
+which the full text was kept: a last line naming ``read_artifact(ref="REF")`` when the
+job offers that tool (``bot.agent.read_artifact``), which reads the rest back.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 
 ERROR_PREFIX = "Error: "
+READ_ARTIFACT = "read_artifact"  # the built-in tool that reads a cut output back
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -48,8 +51,38 @@ def summary_line(text: str, limit: int = SUMMARY_CHARS) -> str:
     return first + (" …" if len(lines) > 1 else "")
 
 
-def truncation_note(total: int, ref: str) -> str:
-    return f"\n[output cut: {total} chars in all; full output stored as artifact {ref}]"
+def read_call(ref: str, **more: int | str) -> str:
+    """``read_artifact(ref="REF", …)`` as the model would write the call."""
+    args = ", ".join(
+        f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in {"ref": ref, **more}.items()
+    )
+    return f"{READ_ARTIFACT}({args})"
+
+
+def line_count(text: str) -> int:
+    """Lines of ``text`` as ``split_lines`` (and ``read_artifact``) numbers them."""
+    return text.count("\n") + (0 if not text or text.endswith("\n") else 1)
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` as ``grep -n`` counts them: ``\n``-separated, a final
+    newline ending the last line rather than starting another, a ``\r`` before it dropped."""
+    rows = text.split("\n")
+    if rows[-1] == "":
+        rows.pop()
+    return [row.removesuffix("\r") for row in rows]
+
+
+def truncation_note(text: str, bound: int, ref: str, *, readable: bool = True) -> str:
+    """The last line of ``text`` cut to ``bound``: its full size, and how to read the rest
+    (``readable``: the job offers ``read_artifact``; else only where it is kept)."""
+    if not readable:
+        return f"\n[output cut: {len(text)} chars in all; full output stored as artifact {ref}]"
+    seen = line_count(text[: max(bound, 0)])
+    return (
+        f"\n[output cut: {len(text)} chars in all; {line_count(text)} lines, shown to line"
+        f" {seen}; read more with {read_call(ref)}]"
+    )
 
 
 def cut(text: str, bound: int) -> str:
@@ -63,8 +96,16 @@ class InMemoryArtifacts:
 
     items: dict[str, str] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _owners: dict[str, str] = field(default_factory=dict)  # ref → the job that stored it
 
     async def put(self, job_id: str, call_id: str, text: str) -> str:
         ref = f"artifact:{job_id}:{call_id}:{next(self._ids)}"
         self.items[ref] = text
+        self._owners[ref] = job_id
         return ref
+
+    async def get(self, job_id: str, ref: str) -> str | None:
+        ref = ref.strip()
+        if self._owners.get(ref) != job_id:
+            return None
+        return self.items.get(ref)

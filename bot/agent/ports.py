@@ -125,10 +125,15 @@ class Confirm(Protocol):
 
 
 class ArtifactStore(Protocol):
-    """Keeps full tool outputs that were cut for the model."""
+    """Keeps full tool outputs that were cut for the model, each readable by its job."""
 
     async def put(self, job_id: str, call_id: str, text: str) -> str:
         """Store ``text``; return a reference the model and humans can quote."""
+        ...
+
+    async def get(self, job_id: str, ref: str) -> str | None:
+        """The text stored under ``ref`` if ``job_id`` stored it and it is still kept;
+        None for an unknown or expired reference and for another job's."""
         ...
 
 

@@ -10,7 +10,10 @@ with ``{}`` / ``INVALID_TOOL_NAME`` instead, what the model wrote kept (bounded)
 ``ToolCall.malformed``; ``calls.py`` answers it with an ``Error:`` and never runs it.
 An id a provider would refuse (empty, over 40 chars, characters outside
 ``[a-zA-Z0-9_-]``: a fallback model of another provider, a broken server) is replaced
-by a fresh job-unique one, as a repeated id is."""
+by a fresh job-unique one, as a repeated id is.
+
+Also whether a response was cut off at the output limit (``cut_off``): such an answer is
+not final, the loop asks for the rest."""
 
 from __future__ import annotations
 
@@ -74,6 +77,17 @@ def well_formed(call: ToolCall) -> ToolCall:
             "malformed": malformed,
         }
     )
+
+
+CUT_OFF = frozenset({"length", "max_tokens"})
+"""The finish reasons of a response cut off at the output limit: ``length`` (OpenAI and
+every OpenAI-compatible server) and ``max_tokens`` (Anthropic's ``stop_reason``, which
+its adapter passes on as the neutral ``finish_reason``)."""
+
+
+def cut_off(response: ModelResponse) -> bool:
+    """Whether the model stopped because it ran out of output tokens, not because it was done."""
+    return response.finish_reason in CUT_OFF
 
 
 def account(state: RunState, response: ModelResponse) -> None:

@@ -6,16 +6,22 @@ final answer if no tool calls → the batch of calls (``calls.py``), each result
 the loop detector → stop predicate. A confirm answering "pending" ends the run as
 ``awaiting_approval`` with a resumable state; ``run(config, state, decision)`` picks the
 batch up where it paused.
+
+An answer without tool calls that was cut off at the output limit is not final: the
+model is asked (a ``user`` message) to go on from where it stopped, and the final answer
+is the parts joined as written, without a separator (a cut falls mid-sentence, even
+mid-word). Each continuation is an iteration like any other, so the job's limits bound
+them. The final answer then goes to the stop predicate, which may end the job
+``incomplete`` or ask the model once more (``AskAgain``; see ``work_done.py``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from bot.agent.calls import CallRunner, Outcome, Paused
-from bot.agent.config import AgentConfig, StopCheck
+from bot.agent.config import AgentConfig, AskAgain, StopCheck, StopVerdict
 from bot.agent.events import (
     ApprovalRequested,
     CondenseDone,
@@ -23,14 +29,10 @@ from bot.agent.events import (
     Event,
     InjectedMessages,
     LimitReached,
-    ModelFallback,
-    ModelRequestEnd,
-    ModelRequestStart,
     RunEnd,
-    StreamDelta,
 )
-from bot.agent.guard import Aborted, AbortKind, guarded
-from bot.agent.limits import check_before_request, reservation
+from bot.agent.guard import guarded
+from bot.agent.limits import reservation
 from bot.agent.messages import (
     AnyMessage,
     AssistantMessage,
@@ -38,45 +40,25 @@ from bot.agent.messages import (
     ModelResponse,
     ToolCall,
     ToolMessage,
-    Usage,
     UserMessage,
 )
-from bot.agent.model_failure_recovery import Action
-from bot.agent.ports import Decision, DeltaSink
+from bot.agent.model_step import ABORT_REASON, Finish, Next, Step, model_step
+from bot.agent.ports import Decision
 from bot.agent.redact import redact_secrets
 from bot.agent.repeated_calls import LOOP_MESSAGE, LoopDetector, LoopVerdict
-from bot.agent.responses import account, message_chars, normalize
+from bot.agent.responses import cut_off, message_chars
 from bot.agent.state import PendingApproval, PendingBatch, RunResult, RunState, StopReason
-from bot.agent.stream_repetition import RepetitionDetected, RepetitionDetector
 from bot.agent.tools import canonical_json, tool_spec
-from bot.errors import HandedOver, ModelError, StoreError
+from bot.agent.work_done import note_call
+from bot.errors import HandedOver, StoreError
 
 log = logging.getLogger(__name__)
 
 STALL_ITERATIONS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Next:
-    """Go on with the next iteration."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Finish:
-    reason: StopReason
-    output: str | None = None
-    error: str | None = None
-    approval: PendingApproval | None = None
-
-
-Step = Next | Finish
-
-
-_ABORT_REASON: dict[AbortKind, StopReason] = {
-    "deadline": StopReason.LIMIT_DEADLINE,
-    "cancel": StopReason.CANCELLED,
-    "timeout": StopReason.FAILED,
-}
+CONTINUE_MESSAGE = (
+    "Your answer was cut off at the output limit. Continue it exactly where it stopped, "
+    "without repeating anything you already wrote."
+)
 
 
 async def run(
@@ -209,12 +191,12 @@ class _Run:
         if isinstance(got, Finish):
             return got
         response = got
-        if response.content and response.content.strip():
-            self.last_text = response.content
         if not response.tool_calls:
             self.append(AssistantMessage(content=response.content))
-            await self.checkpoint()
-            return await self.final(response.content)
+            return await self.answered(response)
+        self.state.answer_so_far = None  # the text before the calls was a note, not an answer
+        if response.content and response.content.strip():
+            self.last_text = response.content
         assistant = AssistantMessage(content=response.content, tool_calls=response.tool_calls)
         self.append(assistant)
         step = await self.batch(assistant, list(assistant.tool_calls), any_ok=False)
@@ -222,19 +204,46 @@ class _Run:
             return step
         return await self.after_step()
 
-    async def final(self, output: str | None) -> Finish:
-        if self.config.stop is not None:
-            verdict = await self.config.stop(StopCheck(final=True, output=output, state=self.state))
-            if verdict is not None and verdict.reason is not StopReason.COMPLETED:
-                return Finish(reason=verdict.reason, output=output, error=verdict.message)
-        return Finish(reason=StopReason.COMPLETED, output=output)
+    async def answered(self, response: ModelResponse) -> Step:
+        """A response without tool calls: the rest asked for when it was cut off, else
+        the final answer (the parts so far and this one), judged by the stop predicate."""
+        answer = (self.state.answer_so_far or "") + (response.content or "")
+        if answer.strip():
+            self.last_text = answer
+        if cut_off(response):
+            self.state.answer_so_far = answer
+            self.append(UserMessage(content=CONTINUE_MESSAGE))
+            await self.checkpoint()
+            return await self.after_step()
+        self.state.answer_so_far = None
+        verdict = await self.judge(final=True, output=answer)
+        if isinstance(verdict, AskAgain):
+            return await self.ask(verdict)
+        await self.checkpoint()
+        if verdict is None:
+            return Finish(reason=StopReason.COMPLETED, output=answer)
+        shown = answer if verdict.output is None else verdict.output
+        done = verdict.reason is StopReason.COMPLETED
+        return Finish(reason=verdict.reason, output=shown, error=None if done else verdict.message)
+
+    async def judge(self, *, final: bool, output: str | None) -> StopVerdict | AskAgain | None:
+        if self.config.stop is None:
+            return None
+        return await self.config.stop(StopCheck(final=final, output=output, state=self.state))
+
+    async def ask(self, verdict: AskAgain) -> Next:
+        """The predicate's question enters the history; the model is called again."""
+        self.state.asked.append(verdict.key)
+        self.append(UserMessage(content=verdict.message))
+        await self.checkpoint()
+        return Next()
 
     async def after_step(self) -> Step:
-        if self.config.stop is not None:
-            check = StopCheck(final=False, output=self.last_text, state=self.state)
-            verdict = await self.config.stop(check)
-            if verdict is not None:
-                return Finish(reason=verdict.reason, output=self.last_text, error=verdict.message)
+        verdict = await self.judge(final=False, output=self.last_text)
+        if isinstance(verdict, AskAgain):
+            return await self.ask(verdict)
+        if verdict is not None:
+            return Finish(reason=verdict.reason, output=self.last_text, error=verdict.message)
         if self.state.error_streak >= STALL_ITERATIONS:
             return Finish(
                 reason=StopReason.STALLED,
@@ -269,6 +278,8 @@ class _Run:
         items = await inject.fetch()
         if not items:
             return
+        # A person spoke: what the model says next answers them, not the rest of a cut answer.
+        self.state.answer_so_far = None
         for item in items:
             # A credential pasted in the channel is not passed on to the model provider.
             said = redact_secrets(item.text)
@@ -345,156 +356,7 @@ class _Run:
         )
 
     async def model_step(self) -> ModelResponse | Finish:
-        chain = self.config.client.chain()
-        if not chain:
-            return Finish(reason=StopReason.FAILED, error="no model is configured")
-        empty_retries = 0
-        attempt = 0
-        while True:
-            if (stop := self.cancelled()) is not None:
-                return stop
-            request = await self.request()
-            reserve = self.reserve(request.messages)
-            hit = check_before_request(
-                self.state, self.config.limits, active_s=self.active(), reserve=reserve
-            )
-            if hit is not None:
-                self.emit(LimitReached(reason=hit.reason, detail=hit.detail))
-                return Finish(reason=hit.reason, output=self.last_text, error=hit.detail)
-            if self.should_condense(reserve - self.config.limits.max_output_tokens):
-                if not await self.condense():
-                    if self.config.recovery.on_condense_failure() is Action.FAIL:
-                        return Finish(
-                            reason=StopReason.FAILED,
-                            output=self.last_text,
-                            error="condensing the history failed",
-                        )
-                continue  # rebuild the request (and re-check the limits) either way
-            index = min(self.state.model_index, len(chain) - 1)
-            client = chain[index]
-            attempt += 1
-            self.state.model_calls += 1
-            iteration = self.state.iterations + 1
-            self.emit(ModelRequestStart(iteration=iteration, model=client.name, attempt=attempt))
-            started = self.clock.monotonic()
-            streamed: list[str] = []
-            try:
-                response = await guarded(
-                    client.complete(request, on_delta=self.delta_sink(streamed))
-                    if request.stream
-                    else client.complete(request),
-                    clock=self.clock,
-                    deadline_in=self.deadline_in(),
-                    cancel=self.config.cancel,
-                )
-            except Aborted as exc:
-                self.emit_end(iteration, client.name, started, None, error=exc.kind)
-                reason = _ABORT_REASON[exc.kind]
-                if reason is StopReason.LIMIT_DEADLINE:
-                    detail = "deadline reached during a model call"
-                    self.emit(LimitReached(reason=reason, detail=detail))
-                else:
-                    detail = self.cancel_reason()
-                return Finish(reason=reason, output=self.last_text, error=detail)
-            except RepetitionDetected:
-                # The stream was cut: its usage is unknown, so count the estimate as spent.
-                chars = sum(len(s) for s in streamed)
-                estimate = reserve - self.config.limits.max_output_tokens + chars // 4
-                self.state.usage = self.state.usage + Usage(prompt_tokens=max(estimate, 0))
-                self.emit_end(iteration, client.name, started, None, error="repetition")
-                response = ModelResponse()
-            except ModelError as exc:
-                self.emit_end(iteration, client.name, started, None, error=str(exc))
-                action = self.config.recovery.on_model_error(
-                    exc,
-                    has_fallback=index + 1 < len(chain),
-                    can_condense=self.config.condense is not None and not self.condense_used,
-                )
-                match action:
-                    case Action.FALLBACK:
-                        self.state.model_index = index + 1
-                        self.state.switches.append(
-                            f"{client.name} -> {chain[index + 1].name}: {exc}"
-                        )
-                        self.emit(
-                            ModelFallback(
-                                from_model=client.name,
-                                to_model=chain[index + 1].name,
-                                error=str(exc),
-                            )
-                        )
-                        attempt = 0
-                        continue
-                    case Action.CONDENSE:
-                        ok = await self.condense()
-                        if not ok and self.config.recovery.on_condense_failure() is Action.FAIL:
-                            return Finish(
-                                reason=StopReason.FAILED, output=self.last_text, error=str(exc)
-                            )
-                        continue
-                    case _:
-                        return Finish(
-                            reason=StopReason.FAILED,
-                            output=self.last_text,
-                            error=f"{type(exc).__name__}: {exc}",
-                        )
-            except Exception as exc:
-                self.emit_end(iteration, client.name, started, None, error=repr(exc))
-                raise
-            else:
-                account(self.state, response)
-                self.emit_end(
-                    iteration, client.name, started, response.usage, calls=len(response.tool_calls)
-                )
-            if response.is_empty:
-                if self.config.recovery.on_empty(empty_retries) is Action.RETRY:
-                    empty_retries += 1
-                    continue
-                return Finish(
-                    reason=StopReason.NO_ACTION,
-                    output=self.last_text,
-                    error=f"the model gave no answer ({empty_retries + 1} empty responses)",
-                )
-            self.state.iterations += 1
-            self.state.model = client.name
-            return normalize(self.state, response, self.tool_names)
-
-    def delta_sink(self, streamed: list[str]) -> DeltaSink:
-        detector = [RepetitionDetector()]
-
-        def sink(text: str) -> None:
-            if not text:  # the client retries: what streamed so far is void
-                streamed.clear()
-                detector[0] = RepetitionDetector()
-                self.emit(StreamDelta(text=""))
-                return
-            streamed.append(text)
-            self.emit(StreamDelta(text=text))
-            if detector[0].feed(text):
-                raise RepetitionDetected()
-
-        return sink
-
-    def emit_end(
-        self,
-        iteration: int,
-        model: str,
-        started: float,
-        usage: Usage | None,
-        *,
-        calls: int = 0,
-        error: str | None = None,
-    ) -> None:
-        self.emit(
-            ModelRequestEnd(
-                iteration=iteration,
-                model=model,
-                duration_s=self.clock.monotonic() - started,
-                usage=usage,
-                tool_calls=calls,
-                error=error,
-            )
-        )
+        return await model_step(self)
 
     # -- the batch of calls ---------------------------------------------------
 
@@ -539,6 +401,8 @@ class _Run:
     def record(self, outcome: Outcome) -> Finish | None:
         call = outcome.call
         text = outcome.text
+        ok = not outcome.is_error and outcome.abort is None
+        note_call(self.state, self.calls.tool(call.name), ok=ok)
         verdict = self.detector.observe(call.name, outcome.canonical_args, outcome.real)
         if verdict is not LoopVerdict.OK:
             count = self.detector.window.count(self.detector.window[-1])
@@ -554,7 +418,7 @@ class _Run:
             )
         )
         if outcome.abort is not None:
-            reason = _ABORT_REASON[outcome.abort]
+            reason = ABORT_REASON[outcome.abort]
             detail = (
                 "deadline reached during a tool call"
                 if reason is StopReason.LIMIT_DEADLINE

@@ -81,6 +81,13 @@ class RunState(BaseModel):
     last_cached_tokens: int = 0
     chars_since_request: int = 0
     pending: PendingBatch | None = None
+    # An answer cut off at the output limit: its text so far, while the model continues it.
+    answer_so_far: str | None = None
+    # The latest change (a mutating or destructive call that ran) no read-only call has
+    # checked since: its tool's name (``work_done.py``).
+    unverified_change: str | None = None
+    # The keys of the stop predicate's ``AskAgain`` messages already added (once per job).
+    asked: list[str] = Field(default_factory=list)
 
 
 class RunResult(BaseModel):

@@ -101,6 +101,12 @@ def _add_tools_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.add_argument("params", nargs="*", metavar="key=value")
     run.add_argument("--confirmed-by", help="Slack user id approving a mutating tool")
     run.add_argument("--yes", action="store_true", help="run a destructive tool after its dry run")
+    run.add_argument(
+        "--unrecorded",
+        action="store_true",
+        help="without REDIS_URL, run a mutating or destructive tool with no ledger entry or "
+        "trace and no warning about it (with REDIS_URL the call is always recorded)",
+    )
 
 
 if __name__ == "__main__":

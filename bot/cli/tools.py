@@ -4,22 +4,41 @@
                                                    (an MCP tool's category says why)
     opsloop tools check FILE                       validate a tools.yml (exit 2 if bad)
     opsloop tools run NAME key=value … [--file F] [--confirmed-by U…] [--yes]
+                                                   [--unrecorded]
 
 MCP servers in the file are connected for every subcommand (and stopped at the end).
 ``run`` executes one tool locally: read-only tools at once; mutating tools only with
 ``--confirmed-by``; destructive tools show their dry run first and need ``--yes`` too.
-Exit codes: 0 success, 1 the tool reported an error, 2 bad usage or configuration.
-The flags are declared in ``bot.cli.main`` with every other command's.
+
+A mutating or destructive call leaves the same audit trail as the bot's own: with
+``REDIS_URL`` (and ``OPSLOOP_REDIS_PREFIX``) it is a job of its own in Redis
+(``bot.store.cli_calls``) requested by ``cli:<user>`` — the shell user as ``getpass``
+names them (``$LOGNAME``, ``$USER``, …, then the password database; a hint of who sat at
+the shell, not an authentication) — with its ledger entry (``started`` before the tool
+runs, ``done`` with the scrubbed output) and its trace (the dry run, the call with its
+arguments and the ``--confirmed-by`` value as given, the end); ``opsloop trace JOB`` reads
+it back and the job id is printed on stderr. Without ``REDIS_URL`` (trying a tools.yml
+on a laptop) such a call runs with no record and a warning on stderr (``--unrecorded``
+silences it); with ``REDIS_URL`` it is always recorded, and a Redis that cannot record it
+means nothing runs. Read-only calls are never recorded.
+
+Exit codes: 0 success, 1 the tool reported an error (or ran but its outcome could not
+be recorded), 2 bad usage or configuration, or a record that could not be begun (nothing
+ran). The flags are declared in ``bot.cli.main`` with every other command's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import os
 import secrets
+import sys
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -27,10 +46,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from bot.agent.observe import to_text
-from bot.agent.tools import CallContext, Tool
-from bot.errors import ConfigError, ToolError
-from bot.settings import ToolSettings, load_tool_settings
+from bot.agent.calls import args_hash
+from bot.agent.events import Event, ToolEnd, ToolStart
+from bot.agent.observe import summary_line, to_text
+from bot.agent.redact import redact_secrets_in_turns
+from bot.agent.tools import CONFIRMED_BY, CallContext, Tool, canonical_json
+from bot.errors import ConfigError, StoreError, ToolError
+from bot.settings import ToolSettings, load_bot_settings, load_tool_settings
+from bot.store.cli_calls import CliCalls
+from bot.store.connection import connect
+from bot.store.keys import Keys
+from bot.store.trace import TraceRecorder
 from tools.packs import PACK_TOOLS, PackConfig
 from tools.registry import Catalog, build_catalog, connect_mcp, open_catalog
 
@@ -76,7 +102,7 @@ async def _main(
         if args.action in (None, "list"):
             _list(console, catalog)
             return EXIT_OK
-        return await _run(console, catalog, args)
+        return await _run(console, catalog, args, environ)
     finally:
         await catalog.aclose()
 
@@ -111,6 +137,8 @@ def parse_params(model: type[BaseModel], pairs: Sequence[str]) -> dict[str, Any]
         key, eq, raw = pair.partition("=")
         if not eq or not key:
             raise ConfigError(f"expected key=value, got {pair!r}")
+        if key == CONFIRMED_BY:
+            raise ConfigError("the approver is given as --confirmed-by, not as a parameter")
         if key not in props:
             raise ConfigError(
                 f"unknown parameter {key!r}; parameters: {', '.join(props) or 'none'}"
@@ -144,7 +172,9 @@ def _typed(key: str, raw: str, kind: str | None) -> Any:
     return raw
 
 
-async def _run(console: Console, catalog: Catalog, args: argparse.Namespace) -> int:
+async def _run(
+    console: Console, catalog: Catalog, args: argparse.Namespace, environ: Mapping[str, str]
+) -> int:
     tool = catalog.tools.get(args.name)
     if tool is None:
         raise ConfigError(f"unknown tool {args.name!r}; see `opsloop tools list`")
@@ -153,29 +183,159 @@ async def _run(console: Console, catalog: Catalog, args: argparse.Namespace) -> 
     except ValidationError as exc:
         raise ConfigError(f"invalid arguments for {tool.name}: {exc.errors()[0]['msg']}") from None
     call_id = f"cli_{secrets.token_hex(4)}"
-    if tool.category != "read_only" and not args.confirmed_by:
+    if tool.category == "read_only":
+        ok, text, _ = await _execute(tool, model, CallContext(job_id="cli", call_id=call_id))
+        console.print(text, highlight=False, markup=False)
+        return EXIT_OK if ok else EXIT_TOOL_ERROR
+    if not args.confirmed_by:
         raise ConfigError(f"{tool.name} is {tool.category}: pass --confirmed-by U… to run it")
+    record = _recording(tool, args)  # before anything runs: refused without a record
+    trace = TraceRecorder("cli")
     if tool.category == "destructive":
-        dry = await _execute(tool, model, CallContext(job_id="cli", call_id=call_id, dry_run=True))
+        dry_ctx = CallContext(job_id="cli", call_id=call_id, dry_run=True)
+        dry_ok, dry_text, _ = await _traced(trace, tool, model, dry_ctx)
         console.print(Text("dry run:", style="bold"))
-        console.print(dry[1], highlight=False, markup=False)
-        if not dry[0]:
+        console.print(dry_text, highlight=False, markup=False)
+        if not dry_ok:
             return EXIT_TOOL_ERROR
         if not args.yes:
             console.print("not run: pass --yes to run it for real")
             return EXIT_USAGE
-    ctx = CallContext(job_id="cli", call_id=call_id, confirmed_by=args.confirmed_by)
-    ok, text = await _execute(tool, model, ctx)
-    console.print(text, highlight=False, markup=False)
-    return EXIT_OK if ok else EXIT_TOOL_ERROR
+    if record is None:
+        ctx = CallContext(job_id="cli", call_id=call_id, confirmed_by=args.confirmed_by)
+        ok, text, _ = await _execute(tool, model, ctx)
+        console.print(text, highlight=False, markup=False)
+        return EXIT_OK if ok else EXIT_TOOL_ERROR
+    return await record.run(console, trace, tool, model, call_id, args.confirmed_by, environ)
 
 
-async def _execute(tool: Tool, model: BaseModel, ctx: CallContext) -> tuple[bool, str]:
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """Where a mutating or destructive call is put on the record (``bot.store.cli_calls``)."""
+
+    redis_url: str
+    keys: Keys
+
+    async def run(
+        self,
+        console: Console,
+        trace: TraceRecorder,
+        tool: Tool,
+        model: BaseModel,
+        call_id: str,
+        confirmed_by: str,
+        environ: Mapping[str, str],
+    ) -> int:
+        redis = connect(self.redis_url, max_connections=2)
+        try:
+            calls = CliCalls(redis, self.keys)
+            canonical = canonical_json(model.model_dump(mode="json", exclude={CONFIRMED_BY}))
+            try:
+                job = await calls.begin(
+                    user=shell_user(environ),
+                    tool=tool.name,
+                    call_id=call_id,
+                    args_hash=args_hash(canonical),
+                    confirmed_by=confirmed_by,
+                    timeout_s=tool.timeout,
+                )
+            except StoreError as exc:
+                _warn(console, f"not run: the call could not be recorded: {exc}")
+                return EXIT_USAGE
+            ctx = CallContext(job_id=job.id, call_id=call_id, confirmed_by=confirmed_by)
+            ok, text, took = await _traced(trace, tool, model, ctx)
+            console.print(text, highlight=False, markup=False)
+            try:
+                await calls.finish(
+                    job,
+                    call_id=call_id,
+                    tool=tool.name,
+                    ok=ok,
+                    output=await redact_secrets_in_turns(text),
+                    active_s=took,
+                    trace=trace.drain(),
+                )
+            except StoreError as exc:
+                _warn(console, f"ran, but its outcome could not be recorded in {job.id}: {exc}")
+                return EXIT_TOOL_ERROR
+            print(f"recorded as {job.id} (opsloop trace {job.id})", file=sys.stderr)
+            return EXIT_OK if ok else EXIT_TOOL_ERROR
+        finally:
+            await redis.aclose()
+
+
+def _recording(tool: Tool, args: argparse.Namespace) -> _Record | None:
+    """Where the call will be recorded; ``None`` without ``REDIS_URL`` (warned of unless
+    ``--unrecorded``)."""
+    settings = load_bot_settings()
+    if settings.redis_url is not None:
+        return _Record(settings.redis_url, Keys(settings.redis_prefix))
+    if not args.unrecorded:
+        print(
+            f"warning: {tool.name} is {tool.category} and REDIS_URL is not set: this call "
+            "leaves no ledger entry or trace (set REDIS_URL to record it like the bot's own; "
+            "--unrecorded silences this)",
+            file=sys.stderr,
+        )
+    return None
+
+
+def shell_user(environ: Mapping[str, str]) -> str:
+    """Who is at the shell, as ``getpass.getuser`` finds them: ``$LOGNAME``, ``$USER``,
+    ``$LNAME``, ``$USERNAME``, then the password database."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if environ.get(name):
+            return environ[name]
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no variable and no passwd entry (a bare container uid)
+        return f"uid{os.getuid()}"
+
+
+def _warn(console: Console, message: str) -> None:
+    console.print(Text.assemble(("error: ", "red"), message), highlight=False)
+
+
+async def _traced(
+    trace: TraceRecorder, tool: Tool, model: BaseModel, ctx: CallContext
+) -> tuple[bool, str, float]:
+    """``_execute`` with the ``ToolStart``/``ToolEnd`` a run of the bot would trace."""
+    shown: dict[str, object] = model.model_dump(mode="json", exclude={CONFIRMED_BY})
+    if ctx.confirmed_by is not None:
+        shown[CONFIRMED_BY] = ctx.confirmed_by
+    events: list[Event] = [
+        ToolStart(call_id=ctx.call_id, tool=tool.name, arguments=shown, dry_run=ctx.dry_run)
+    ]
+    ok, text, took = await _execute(tool, model, ctx)
+    scrubbed = await redact_secrets_in_turns(text)
+    events.append(
+        ToolEnd(
+            call_id=ctx.call_id,
+            tool=tool.name,
+            ran=True,
+            is_error=not ok,
+            duration_s=took,
+            output_chars=len(scrubbed),
+            dry_run=ctx.dry_run,
+            confirmed_by=ctx.confirmed_by,
+            summary=summary_line(scrubbed),
+        )
+    )
+    for event in events:
+        trace(event)
+    return ok, text, took
+
+
+async def _execute(tool: Tool, model: BaseModel, ctx: CallContext) -> tuple[bool, str, float]:
+    """Run the call: whether it succeeded, its output, how long it took (seconds)."""
+    if ctx.confirmed_by is not None and CONFIRMED_BY in type(model).model_fields:
+        model = model.model_copy(update={CONFIRMED_BY: ctx.confirmed_by})
+    started = time.monotonic()
     try:
         async with asyncio.timeout(tool.timeout):
             text = to_text(await tool.execute(model, ctx))
     except ToolError as exc:
-        return False, f"Error: {exc}"
+        return False, f"Error: {exc}", time.monotonic() - started
     except TimeoutError:
-        return False, f"Error: timed out after {tool.timeout:g}s"
-    return not text.startswith("Error:"), text
+        return False, f"Error: timed out after {tool.timeout:g}s", time.monotonic() - started
+    return not text.startswith("Error:"), text, time.monotonic() - started

@@ -27,7 +27,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -105,6 +105,18 @@ def _ts_key(ts: str) -> tuple[int, str]:
     return (_ts_us(ts) or 0, ts)
 
 
+def _range_param(params: Params, name: str) -> int | None:
+    """``oldest``/``latest`` in microseconds (None: not given); ``invalid_ts_<name>``
+    when not a ts."""
+    value = params.get(name)
+    if value in (None, ""):
+        return None
+    us = _ts_us(str(value))
+    if us is None:
+        raise SlackError(f"invalid_ts_{name}")
+    return us
+
+
 class FakeSlack:
     """The fake Web API. Use as ``async with FakeSlack() as slack``; point clients at ``api_url``.
 
@@ -141,6 +153,7 @@ class FakeSlack:
             "chat.stopStream": self._stop_stream,
         }
         self._app_token_methods: set[str] = set()  # methods called with the xapp- token
+        self._holds: dict[str, asyncio.Event] = {}
         self._routes: list[tuple[str, str, Handler]] = []
 
     def add_method(
@@ -174,6 +187,8 @@ class FakeSlack:
 
     async def stop(self) -> None:
         """Stop the server (idempotent)."""
+        for gate in self._holds.values():
+            gate.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -218,19 +233,71 @@ class FakeSlack:
         after = retry_after if status == 429 else None
         self._faults[method].append(_Fault(status, code, after, remaining=times))
 
+    def hold(self, method: str) -> asyncio.Event:
+        """Keep every call of ``method`` waiting for its answer until the returned event is
+        set (a slow Slack): the call is recorded when it arrives."""
+        gate = self._holds.setdefault(method, asyncio.Event())
+        gate.clear()
+        return gate
+
     def clear_faults(self) -> None:
         """Forget every failure ``fail_next`` still has queued: Slack answers again."""
         self._faults.clear()
 
     def add_message(
-        self, channel: str, ts: str | None, user: str, text: str, thread_ts: str | None = None
+        self,
+        channel: str,
+        ts: str | None,
+        user: str,
+        text: str,
+        thread_ts: str | None = None,
+        *,
+        blocks: list[dict[str, Any]] | None = None,
     ) -> str:
-        """Seed a human message (e.g. a thread the bot is mentioned in); returns its ts."""
+        """Seed a human message (e.g. a thread the bot is mentioned in); returns its ts.
+        ``blocks``: the rich text Slack's clients send along with what was typed."""
+        ts = self._seed_ts(ts)
+        self._state.messages[(channel, ts)] = Message(
+            channel, ts, text, user, thread_ts=thread_ts, blocks=blocks
+        )
+        return ts
+
+    def add_post(
+        self,
+        channel: str,
+        post: Mapping[str, Any],
+        *,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+    ) -> str:
+        """Seed a message in Slack's wire shape, as ``conversations.replies`` returns it:
+        another integration's post (``subtype: bot_message`` with ``username`` from an
+        incoming webhook, an app's ``bot_id``/``user``/``bot_profile``), with its
+        ``attachments`` and ``blocks`` (``bot.emulator.alert_posts`` has some), or one
+        of this bot's own. ``ts`` (else the post's, else the next) and ``thread_ts``
+        override the post's; returns its ts."""
+        wire = copy.deepcopy(dict(post))
+        for name in ("type", "team", "ts", "thread_ts", "reply_count"):
+            wire.pop(name, None)
+        ts = self._seed_ts(ts or post.get("ts"))
+        blocks, attachments = wire.pop("blocks", None), wire.pop("attachments", None)
+        self._state.messages[(channel, ts)] = Message(
+            channel,
+            ts,
+            str(wire.pop("text", "") or ""),
+            str(wire.pop("user", "") or ""),
+            bot_id=wire.pop("bot_id", None),
+            thread_ts=thread_ts or post.get("thread_ts"),
+            blocks=blocks,
+            attachments=attachments,
+            extra=wire,
+        )
+        return ts
+
+    def _seed_ts(self, ts: str | None) -> str:
         if ts is None:
-            ts = self._next_ts()
-        else:
-            self._clock_us = max(self._clock_us, _ts_us(ts) or 0)
-        self._state.messages[(channel, ts)] = Message(channel, ts, text, user, thread_ts=thread_ts)
+            return self._next_ts()
+        self._clock_us = max(self._clock_us, _ts_us(ts) or 0)
         return ts
 
     def expire_stream(self, channel: str, ts: str) -> None:
@@ -310,6 +377,11 @@ class FakeSlack:
             return web.json_response({"ok": False, "error": exc.code})
         token = bearer_token(request.headers.get("Authorization", "")) or params.pop("token", None)
         self.calls.append(Call(method, params))
+        gate = self._holds.get(method)
+        if gate is not None:
+            async with self._changed:
+                self._changed.notify_all()
+            await gate.wait()
         try:
             status, headers, body = self._answer(method, params, token)
         finally:
@@ -434,15 +506,30 @@ class FakeSlack:
         return {}
 
     def _replies(self, params: Params) -> Reply:
+        """The parent, then its replies oldest first, within ``oldest``/``latest`` (both
+        excluded unless ``inclusive``); the first page always opens with the parent, as
+        Slack's does, whatever the range."""
         channel = required(params, "channel")
         thread_ts = required(params, "ts")
         thread = self.messages(channel, thread_ts)
-        if not any(m.ts == thread_ts for m in thread):
+        parent = [m for m in thread if m.ts == thread_ts]
+        if not parent:
             raise SlackError("thread_not_found")
+        oldest = _range_param(params, "oldest") or 0
+        latest = _range_param(params, "latest")
+        inclusive = str(params.get("inclusive") or "").lower() in ("1", "true")
+
+        def in_range(ts: str) -> bool:
+            us = _ts_us(ts) or 0
+            if inclusive:
+                return us >= oldest and (latest is None or us <= latest)
+            return us > oldest and (latest is None or us < latest)
+
+        listing = parent + [m for m in thread if m.ts != thread_ts and in_range(m.ts)]
         limit = int_param(params.get("limit"), DEFAULT_REPLIES_LIMIT)
         start = int_param(params.get("cursor"), 0)
-        page = thread[start : start + limit]
-        more = start + limit < len(thread)
+        page = listing[start : start + limit]
+        more = start + limit < len(listing)
         out = []
         for m in page:
             wire = m.as_slack()

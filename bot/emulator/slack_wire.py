@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from aiohttp import web
@@ -59,10 +59,17 @@ class Message:
     attachments: list[Any] | None = None
     streaming: bool = False
     edited: bool = False
+    # What else another integration's post carries, as Slack returns it (``subtype``,
+    # ``username``, ``bot_profile``, ``app_id``, ``icons``…): see ``FakeSlack.add_post``.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def as_slack(self) -> Reply:
-        """The message in Slack's wire shape."""
-        out: Reply = {"type": "message", "ts": self.ts, "user": self.user, "text": self.text}
+        """The message in Slack's wire shape (no ``user`` when it has none: an incoming
+        webhook's post)."""
+        out: Reply = {"type": "message", **copy.deepcopy(self.extra), "ts": self.ts}
+        if self.user:
+            out["user"] = self.user
+        out["text"] = self.text
         out["team"] = TEAM_ID
         if self.bot_id is not None:
             out["bot_id"] = self.bot_id

@@ -1,6 +1,7 @@
 """The Slack edge: listeners for events and actions, rendering, and the two transports.
 
-``app.py`` (the bolt app, the message listeners: the ack path), ``actions.py`` (the
+``app.py`` (the bolt app, the message listeners: the ack path), ``context.py`` (a
+thread's messages rendered as the context a new job reads first), ``actions.py`` (the
 buttons), ``notifier.py`` (how a job shows itself: ``bot.turns.ports.Notifier``),
 ``progress.py`` / ``streaming.py`` / ``answers.py`` / ``blocks.py`` / ``blockkit.py`` /
 ``updates.py`` (rendering and paced edits), ``policy.py`` (who may click), ``gate.py`` and

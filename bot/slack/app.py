@@ -7,6 +7,11 @@ after the write, and a Redis failure becomes a 503 that Slack retries. Duplicate
 (Slack's retries, and a mention that also arrives as a ``message``) are recognised by
 the message's channel and ts, marked only after the message was persisted. Which
 messages are taken: people's, and those of the bots ``OPSLOOP_ALLOWED_BOTS`` names.
+Other bots' posts (an alert a thread starts from) are read as thread context: when a
+message starts a job in a thread whose earlier messages the history does not hold yet
+(``bot.turns.context`` decides), the listener reads them with ``conversations.replies``
+(bounded in time, never holding up the ack past ``CONTEXT_TIMEOUT_S``, a failure only
+costs the context) and ``bot.slack.context`` renders them.
 
 The transports are elsewhere: ``bot.slack.http`` (``opsloop serve``: the gate in front
 of bolt, health, metrics) and ``bot.slack.socket`` (``opsloop socket``); the buttons'
@@ -27,15 +32,17 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.actions import Interactions
 from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
+from bot.slack.context import Own, thread_context
 from bot.slack.identity import BotIdentity
 from bot.store.keys import Thread
+from bot.turns.context import ContextWindow
 from bot.turns.runner import Turns
 
 log = logging.getLogger(__name__)
 
 CONTEXT_TIMEOUT_S = 1.5  # a slow Slack must not hold up the ack
-CONTEXT_MESSAGES = 50
-CONTEXT_CHARS = 2_000
+CONTEXT_PAGE = 200  # messages per conversations.replies call (Slack's advice: at most 200)
+CONTEXT_PAGES = 3  # calls per reading, all within CONTEXT_TIMEOUT_S
 HUMAN_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
 
 
@@ -50,12 +57,14 @@ class Messages:
         identity: BotIdentity,
         schedule: Callable[[str], None],
         allowed_bots: frozenset[str],
+        context_timeout_s: float = CONTEXT_TIMEOUT_S,
     ) -> None:
         self.client = client
         self.turns = turns
         self.identity = identity
         self.schedule = schedule
         self.allowed_bots = allowed_bots
+        self.context_timeout_s = context_timeout_s
 
     async def _author(self, event: dict[str, Any]) -> str | None:
         """Who a message that may start or enter a job is from, or ``None`` when it must
@@ -110,11 +119,11 @@ class Messages:
         self, thread: Thread, ts: str, user: str, text: str, *, reply: bool = False
     ) -> None:
         """The ack path: persist (one script), index, schedule. Raises on a store
-        failure, so Slack gets a 503 and retries. Mentioned inside a thread the bot has
-        not been part of, the earlier human messages come first, as context."""
+        failure, so Slack gets a 503 and retries. When the message starts a job, the
+        thread's earlier messages the history does not hold yet come first, as context."""
 
-        async def context() -> str | None:
-            return await self._thread_context(thread, before=ts)
+        async def context(window: ContextWindow) -> str | None:
+            return await self.thread_context(thread, window)
 
         receipt = await self.turns.receive(
             thread, ts=ts, user=user, text=text, reply=reply, context=context
@@ -122,39 +131,34 @@ class Messages:
         if receipt.needs_run and receipt.job_id is not None:
             self.schedule(receipt.job_id)
 
-    async def _thread_context(self, thread: Thread, *, before: str) -> str | None:
-        """The thread's earlier human messages (bounded), or None if Slack can't say."""
+    async def thread_context(self, thread: Thread, window: ContextWindow) -> str | None:
+        """The thread's messages in ``window``, rendered (``bot.slack.context``); None if
+        there are none, or Slack can't say within ``context_timeout_s``."""
+        messages: list[object] = []
+        complete = False
         try:
-            async with asyncio.timeout(CONTEXT_TIMEOUT_S):
-                reply = await self.client.conversations_replies(
-                    channel=thread.channel, ts=thread.thread_ts, limit=CONTEXT_MESSAGES
-                )
+            async with asyncio.timeout(self.context_timeout_s):
+                await self.identity.load()
+                cursor: str | None = None
+                for _ in range(CONTEXT_PAGES):
+                    reply = await self.client.conversations_replies(
+                        channel=thread.channel,
+                        ts=thread.thread_ts,
+                        latest=window.before,
+                        oldest=window.after,
+                        limit=CONTEXT_PAGE,
+                        cursor=cursor,
+                    )
+                    messages.extend(reply.get("messages") or [])
+                    cursor = str((reply.get("response_metadata") or {}).get("next_cursor") or "")
+                    if not reply.get("has_more") or not cursor:
+                        complete = True
+                        break
         except Exception:
             log.info("no thread context for %s", thread, exc_info=True)
             return None
-        lines = []
-        cutoff = _ts_value(before)
-        for message in reply.get("messages") or []:
-            if not isinstance(message, dict):
-                continue
-            if message.get("bot_id") or message.get("subtype") not in HUMAN_SUBTYPES:
-                continue
-            if cutoff is None or (_ts_value(message.get("ts")) or 0.0) >= cutoff:
-                continue
-            text = str(message.get("text") or "").strip()
-            if text:
-                lines.append(f"<@{message.get('user')}>: {text[:CONTEXT_CHARS]}")
-        if not lines:
-            return None
-        return "Earlier in this thread (for context):\n" + "\n".join(lines)
-
-
-def _ts_value(ts: object) -> float | None:
-    """A Slack ts as a number to compare, or None when it is not one."""
-    try:
-        return float(str(ts))
-    except ValueError:
-        return None
+        own = Own(bot_id=self.identity.bot_id, user=self.identity.user)
+        return thread_context(messages, window=window, own=own, complete=complete)
 
 
 def bolt_app(

@@ -179,10 +179,12 @@ def ending_message(
 ) -> Message:
     """What happened, in words, with the stop reason code in ``text`` (not for ``completed``).
 
-    ``by`` names who pressed Stop (``cancelled``); ``continue_label`` (e.g. ``Continue (+20
-    iterations)``) adds the ``Continue`` button on a limit ending. ``tools`` (what ran, with
-    its result in one line) stay listed; the context names the job id ``opsloop trace``
-    takes, for the review after the incident.
+    ``error`` says what failed (``failed``) or what is missing (``incomplete``: a change
+    not verified, what the model was blocked on); ``by`` names who pressed Stop
+    (``cancelled``); ``continue_label`` (e.g. ``Continue (+20 iterations)``) adds the
+    ``Continue`` button on a limit ending. ``tools`` (what ran, with its result in one
+    line) stay listed; the context names the job id ``opsloop trace`` takes, for the
+    review after the incident.
     """
     R = StopReason
     deadline = ""
@@ -190,7 +192,9 @@ def ending_message(
         deadline = f" ({duration(active_s)}/{duration(deadline_s)})"
     headline = {
         R.COMPLETED: "Done",
-        R.INCOMPLETE: "Stopped: the answer did not complete the task",
+        R.INCOMPLETE: f"Not done: {escaped(one_line(error), ERROR_CHARS)}"
+        if error
+        else "Stopped: the answer did not complete the task",
         R.AWAITING_APPROVAL: "Paused: waiting for approval",
         R.LIMIT_ITERATIONS: f"Stopped: iteration limit reached ({iterations}/{max_iterations})",
         R.LIMIT_TOKENS: f"Stopped: token budget reached ({tokens:,}/{token_budget:,} tokens)",

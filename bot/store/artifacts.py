@@ -6,6 +6,10 @@ The agent core cuts a long tool output for the model and stores the whole of it 
 (under the job's thread hash tag) with no index, and the random suffix, claimed with
 ``SET NX``, keeps two outputs of the same call (a retry, a resumed job) apart.
 
+An artifact is read back (``get``, by the ``read_artifact`` tool) only by the job that
+stored it: the job id asked with is compared with the one the reference holds before any
+key is read, so a job cannot reach another job's outputs — not even its thread's.
+
 An artifact is capped at ``MAX_ARTIFACT_BYTES`` of UTF-8: beyond that the head is kept
 with a note of the full size.
 """
@@ -73,7 +77,7 @@ def capped(text: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> bytes:
 
 
 class RedisArtifacts:
-    """``ArtifactStore`` in Redis; ``get`` reads an artifact back by its reference."""
+    """``ArtifactStore`` in Redis; ``get`` reads a job's artifact back by its reference."""
 
     def __init__(
         self,
@@ -101,12 +105,12 @@ class RedisArtifacts:
                     return ref
         raise StoreError(f"no free artifact reference for {job_id}:{call_id}")
 
-    async def get(self, ref: str) -> str | None:
-        """The artifact's text, or None if it expired or ``ref`` is not a reference."""
+    async def get(self, job_id: str, ref: str) -> str | None:
+        """The artifact's text; None if it expired, ``ref`` is not a reference, or it is
+        another job's (decided from the reference, without a round trip)."""
         parsed = parse_ref(ref.strip())
-        if parsed is None:
+        if parsed is None or parsed[0] != job_id:
             return None
-        job_id, body = parsed
         async with translated("artifact get"):
-            value: str | bytes | None = await self._redis.get(self._keys.artifact(job_id, body))
+            value: str | bytes | None = await self._redis.get(self._keys.artifact(*parsed))
         return value.decode() if isinstance(value, bytes) else value

@@ -6,6 +6,13 @@ exists (a small JSON STRING beside the list). The history is loaded once per pro
 and then kept in memory; appends are buffered and made durable by ``flush`` (one round
 trip) or, on the hot path, by the job session's checkpoint script together with the
 job's state (``drain`` hands the buffer over).
+
+Who approved a call is the record of its result: a call's stored arguments keep what the
+model wrote, and the result appended after the decision carries ``confirmed_by``. Both
+on load and on append, the call a result answers is rewritten in the local copy to name
+its real approver (``bot.agent.memory.record_approver``), so the model, condensing and
+everything reading the history through here see who approved. The LIST itself stays
+append-only: the rewrite is derived from it, the same way by every process.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from pydantic import TypeAdapter
 
-from bot.agent.messages import AnyMessage, Message, UserMessage
+from bot.agent.memory import record_approver, record_approvers, replace_message
+from bot.agent.messages import AnyMessage, Message, ToolMessage, UserMessage
 from bot.store.connection import translated
 from bot.store.keys import HISTORY_TTL_S, Keys, Thread
 
@@ -58,6 +66,7 @@ class RedisHistory:
                 pipe.get(self._keys.history_view(self._thread))
                 raw_list, raw_view = await pipe.execute()
         self._originals = [load_message(r) for r in raw_list]
+        record_approvers(self._originals)
         for message in self._originals:
             self._note(message)
         self._effective = list(self._originals)
@@ -81,6 +90,10 @@ class RedisHistory:
     def append(self, message: AnyMessage) -> None:
         if not self._loaded:
             raise RuntimeError("RedisHistory.append before load(): call history() first")
+        if isinstance(message, ToolMessage):
+            swapped = record_approver(self._originals, message)
+            if swapped is not None:
+                replace_message(self._effective, *swapped)
         self._originals.append(message)
         self._effective.append(message)
         self._note(message)

@@ -16,7 +16,6 @@ DEFAULT_PREFIX = "opsloop:"
 HISTORY_TTL_S = 30 * 24 * 3600  # a thread "holds a conversation" for 30 days
 TRACE_TTL_S = 30 * 24 * 3600
 ARTIFACT_TTL_S = 7 * 24 * 3600
-EVENT_DEDUPE_TTL_S = 2 * 3600  # at least 1 h: Slack retries within minutes
 JOB_TTL_S = 30 * 24 * 3600  # finished jobs are kept as long as their history
 LEASE_TTL_MS = 15_000
 LEASE_RENEW_S = 5.0
@@ -125,10 +124,3 @@ class Keys:
     def cancel_channel(self) -> str:
         """Pub/sub channel: ``job_id|user`` when someone presses Stop."""
         return f"{self.prefix}cancel"
-
-    def event(self, event_id: str) -> str:
-        return f"{self.prefix}event:{event_id}"
-
-    def message(self, channel: str, ts: str) -> str:
-        """Dedupe of one Slack message arriving as ``app_mention`` and as ``message``."""
-        return f"{self.prefix}msg:{channel}:{ts}"

@@ -2,8 +2,9 @@
 
 ``Turns`` is everything the Slack edge asks of the jobs; the edge never touches the
 store itself. It persists what must not be lost (``receive``: the job as ``queued`` and
-the message in the thread's inject stream, after the thread's earlier messages when a
-mention brings the bot into a thread) and schedules ``run_job``. The runner takes
+the message in the thread's inject stream, after the thread's earlier messages the
+history does not hold yet when the message starts a job: ``bot.turns.context``) and
+schedules ``run_job``. The runner takes
 the thread's lease (or leaves the job to whoever holds it), resumes the job from its
 saved progress with its remaining budget, and ends it atomically with a look at the
 inject stream: a reply that arrived after the loop's last read starts a new job.
@@ -29,7 +30,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -47,13 +48,16 @@ from bot.agent.ports import (
     Injected,
     Pending,
 )
+from bot.agent.read_artifact import with_read_artifact
 from bot.agent.state import StopReason
 from bot.agent.tools import Tool
+from bot.agent.work_done import work_done
 from bot.errors import HandedOver, StoreError
 from bot.store.approvals import ApprovalRecord, Approvals, Outcome, to_decision
 from bot.store.artifacts import RedisArtifacts
 from bot.store.connection import translated
-from bot.store.history import RedisHistory, holds_conversation
+from bot.store.held import HeldMessages
+from bot.store.history import RedisHistory
 from bot.store.inject import InjectReader
 from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus, Via
 from bot.store.keys import Keys, Thread
@@ -63,6 +67,7 @@ from bot.store.receipt import Receipt, Receipts
 from bot.store.session import JobSession
 from bot.store.trace import TraceRecorder
 from bot.turns import controls
+from bot.turns.context import ThreadContext, context_first
 from bot.turns.controls import Authorize, StopOutcome, Verdict, stopped_by
 from bot.turns.ports import JobSink, Notifier
 from tools.registry import Catalog
@@ -113,6 +118,7 @@ class Turns:
     jobs: Jobs = field(init=False)
     leases: Leases = field(init=False)
     receipts: Receipts = field(init=False)
+    held: HeldMessages = field(init=False)
     approvals: Approvals = field(init=False)
     ledger: RedisLedger = field(init=False)
     running: dict[str, CancelToken] = field(init=False, default_factory=dict)
@@ -124,6 +130,7 @@ class Turns:
         self.jobs = Jobs(self.redis, self.keys)
         self.leases = Leases(self.redis, self.keys)
         self.receipts = Receipts(self.redis, self.keys)
+        self.held = HeldMessages(self.redis, self.keys)
         self.approvals = Approvals(self.redis, self.keys)
         self.ledger = RedisLedger(self.redis, self.keys)
 
@@ -137,22 +144,20 @@ class Turns:
         user: str,
         text: str,
         reply: bool = False,
-        context: Callable[[], Awaitable[str | None]] | None = None,
+        context: ThreadContext | None = None,
     ) -> Receipt:
         """Persist a human message (one script, see ``bot.store.receipt``): into the
         thread's inject stream, and a new ``queued`` job unless one is live. A ``reply``
         (not a mention) is taken only in a thread that holds a conversation. When the
         receipt ``needs_run``, the job is in the scanner's index and the caller runs it.
 
-        A mention inside a thread the bot has not been part of: ``context`` (the
-        thread's earlier messages, or None) is asked for, and enters first."""
-        if context is not None and not reply and thread.thread_ts != ts:
-            if not await holds_conversation(self.redis, self.keys, thread):
-                earlier = await context()
-                if earlier:
-                    await self.receipts.append(
-                        thread, ts=f"{ts}:context", text=earlier, author=None
-                    )
+        When the message can start a job in a thread whose earlier messages the
+        history does not hold yet, ``context`` (the edge's reading of them, or None) is
+        asked for, and enters first (``bot.turns.context``)."""
+        if context is not None:
+            await context_first(
+                self.held, self.receipts, thread, ts=ts, reply=reply, context=context
+            )
         receipt = await self.receipts.receive(
             thread,
             ts=ts,
@@ -399,7 +404,7 @@ class Turns:
         history = RedisHistory(self.redis, self.keys, thread)
         await history.history()
         record = await self._report_unknown_outcomes(record)
-        tools = self._tools_of(record)
+        tools = with_read_artifact(self._tools_of(record), RedisArtifacts(self.redis, self.keys))
         trace = TraceRecorder(record.id)
         session = JobSession(
             self.redis,
@@ -468,6 +473,7 @@ class Turns:
                 max_output_tokens=self.settings.max_output_tokens,
             ),
             inject=inject,
+            stop=work_done,  # "stopped calling tools" is not "done" (bot/agent/work_done.py)
             condense=self.condense,
             condense_at_tokens=self.settings.condense_at_tokens,
             on_event=on_event,

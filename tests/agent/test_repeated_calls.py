@@ -11,6 +11,7 @@ replacement or the cut observation.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,13 +26,16 @@ from bot.agent import (
     ToolMessage,
     run,
 )
-from bot.agent.repeated_calls import WINDOW, LoopDetector, LoopVerdict
+from bot.agent.repeated_calls import LoopDetector, LoopVerdict
 from bot.agent.testing import ScriptedModel, call, calls, text
 
 from .conftest import HostArgs, NoArgs, ServiceArgs, echo_tool, make_config
 
 # Deterministic examples, no per-example time limit: the suite never depends on speed.
 PROPERTY = settings(derandomize=True, deadline=None, database=None)
+
+# DESIGN's window, written out here: a change to the constant must fail these tests.
+WINDOW = 10
 
 
 def is_loop_message(content: str) -> bool:
@@ -95,8 +99,8 @@ def test_signatures_outside_the_window_are_forgotten() -> None:
         return detector.observe("check", "{}", "same")
 
     # Window of 10 = the new call and the 9 before it.
-    assert third_after(WINDOW - 3) is LoopVerdict.WARN  # all three in the window
-    assert third_after(WINDOW - 2) is LoopVerdict.OK  # the first has slid out
+    assert third_after(7) is LoopVerdict.WARN  # all three in the window
+    assert third_after(8) is LoopVerdict.OK  # the first has slid out
 
 
 @PROPERTY
@@ -199,26 +203,64 @@ async def test_argument_key_order_does_not_matter() -> None:
     assert is_loop_message(tool_results(memory)[2].content)
 
 
-async def test_the_real_output_is_hashed_not_the_cut_observation() -> None:
-    # Outputs differ only past the output bound: the model sees identical text, but the
-    # service is changing, so this is not a loop.
-    counter = itertools.count(1)
+class OneRef:
+    """An artifact store that files every output under one reference, so that two cut
+    observations differ only if the text the model is shown differs."""
 
+    def __init__(self) -> None:
+        self.kept: list[str] = []
+
+    async def put(self, job_id: str, call_id: str, text: str) -> str:
+        self.kept.append(text)
+        return "artifact:dump"
+
+
+def long_dump(outputs: Iterator[str]) -> FunctionTool:
     async def dump(args: HostArgs, ctx: CallContext) -> str:
-        return "x" * 200 + f" tick {next(counter)}"
+        return next(outputs)
 
-    tool = FunctionTool(
+    return FunctionTool(
         name="dump", description="dump", args_model=HostArgs, fn=dump, output_bound=100
     )
+
+
+async def test_the_real_output_is_hashed_not_the_cut_observation() -> None:
+    # Outputs of one length and one line that differ only past the output bound: the
+    # model is shown six identical cut observations, but the service is changing, so
+    # this is not a loop. Hashing the cut form instead would call it one at the third.
+    outputs = ("x" * 200 + f" tick {n}" for n in range(1, 7))
+    artifacts = OneRef()
     model = ScriptedModel(
         [*(calls(call("dump", f"c{i}", host="web-03")) for i in range(6)), text("done")]
     )
     memory = InMemoryHistory()
+    config = make_config(model, tools=[long_dump(outputs)], memory=memory, artifacts=artifacts)
 
-    result = await run(make_config(model, tools=[tool], memory=memory))
+    result = await run(config)
 
     assert result.stop_reason is StopReason.COMPLETED, result.error
-    assert not any(is_loop_message(m.content) for m in tool_results(memory))
+    results = tool_results(memory)
+    assert len(results) == 6
+    assert not any(is_loop_message(m.content) for m in results)
+    # What this rests on: the cut forms are equal, the full outputs are not.
+    assert len({m.content for m in results}) == 1
+    assert results[0].content.startswith("x" * 100) and "tick" not in results[0].content
+    assert len(set(artifacts.kept)) == 6
+
+
+async def test_the_same_long_output_is_a_loop_whatever_its_cut_form() -> None:
+    # The other side: real outputs past the bound that are equal are caught.
+    outputs = itertools.repeat("x" * 200 + " tick 1")
+    model = ScriptedModel(
+        [*(calls(call("dump", f"c{i}", host="web-03")) for i in range(3)), text("done")]
+    )
+    memory = InMemoryHistory()
+    config = make_config(model, tools=[long_dump(outputs)], memory=memory, artifacts=OneRef())
+
+    result = await run(config)
+
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    assert [is_loop_message(m.content) for m in tool_results(memory)] == [False, False, True]
 
 
 async def test_other_calls_in_between_do_not_reset_the_count() -> None:

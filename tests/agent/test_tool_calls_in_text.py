@@ -5,6 +5,11 @@ a ```json fence, or a list of such objects) and has no structured tool calls run
 calls, and the assistant message kept in memory is the structured form (``content``
 ``None``, ``tool_calls`` set). A name outside the allowlist leaves the text alone: it is
 the final answer.
+
+A call may also follow a short lead-in ("I'll check the disk: {...}"): it runs, and the
+lead-in stays as the message's text. JSON quoted in an explanation of something else —
+followed by more text, in quotes or inline code, after words about an example, a format
+or what ran before, after a question, with extra keys — is left as the answer.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ import pytest
 
 from bot.agent import (
     AssistantMessage,
+    ConfirmRequest,
+    Decision,
+    Denied,
+    FunctionTool,
     InMemoryHistory,
     ModelResponse,
     RunResult,
@@ -26,7 +35,7 @@ from bot.agent import (
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.agent.tool_calls_in_text import recover_tool_calls
 
-from .conftest import Recorder, echo_tool, make_config
+from .conftest import HostArgs, Recorder, echo_tool, make_config
 
 ONE = '{"name": "check", "arguments": {"host": "web-03"}}'
 TWO = (
@@ -202,3 +211,115 @@ def test_recover_leaves_unknown_names_alone() -> None:
 def test_recover_ignores_a_response_with_structured_calls() -> None:
     response = calls(call("check", "c1", host="web-03"), content=ONE)
     assert recover_tool_calls(response, {"check"}, id_prefix="r1") is None
+
+
+# -- a call after a lead-in ----------------------------------------------------------
+
+LEAD = "I'll check the CPU on web-03:"
+
+
+@pytest.mark.parametrize(
+    ("content", "lead"),
+    [
+        (f"{LEAD} {ONE}", LEAD),
+        (f"Let me check the CPU on web-03.\n\n{ONE}\n", "Let me check the CPU on web-03."),
+        (f"{LEAD}\n```json\n{ONE}\n```", LEAD),
+        (f"{LEAD}\n```\n{ONE}\n```\n", LEAD),
+        ("Checking now " + ONE.replace('"arguments"', '"parameters"'), "Checking now"),
+    ],
+    ids=["after-colon", "next-paragraph", "json-fence", "plain-fence", "parameters"],
+)
+async def test_a_call_after_a_lead_in_runs_and_the_lead_in_stays(content: str, lead: str) -> None:
+    result, memory, model = await run_text(content)
+
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    assert result.tool_executions == 1
+    assistant = memory.messages[1]
+    assert isinstance(assistant, AssistantMessage)
+    assert assistant.content == lead
+    [tool_call] = assistant.tool_calls
+    assert (tool_call.name, json.loads(tool_call.arguments)) == ("check", {"host": "web-03"})
+    assert [m.content for m in tool_results(memory)] == ["ok web-03"]
+    assert model.requests[1].messages[1] == assistant
+    model.assert_done()
+
+
+async def test_a_list_of_calls_after_a_lead_in_runs_them_all() -> None:
+    result, memory, _ = await run_text(f"Checking both web hosts: {TWO}")
+
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    assert [m.content for m in tool_results(memory)] == ["ok web-01", "ok web-02"]
+    assistant = memory.messages[1]
+    assert isinstance(assistant, AssistantMessage)
+    assert assistant.content == "Checking both web hosts:"
+
+
+async def test_the_lead_in_is_the_reason_on_the_approval_card() -> None:
+    asked: list[ConfirmRequest] = []
+
+    async def confirm(request: ConfirmRequest) -> Decision:
+        asked.append(request)
+        return Denied(reason="not now")
+
+    async def restart(args: HostArgs, ctx: object) -> str:
+        raise AssertionError("never approved")
+
+    tool = FunctionTool(
+        name="restart", description="restart", args_model=HostArgs, fn=restart, category="mutating"
+    )
+    content = 'nginx is wedged, restarting it: {"name": "restart", "arguments": {"host": "web-03"}}'
+    model = ScriptedModel([text(content), text("left it alone")])
+
+    result = await run(make_config(model, tools=[tool], confirm=confirm))
+
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    [request] = asked
+    assert (request.tool, request.arguments) == ("restart", {"host": "web-03"})
+    assert request.reason == "nginx is wedged, restarting it:"
+
+
+QUOTED = [
+    # followed by more text: the call is talked about
+    f"The call {ONE} failed because web-03 was unreachable.",
+    f"{LEAD} {ONE} and then I'll look at memory.",
+    f"{LEAD} {ONE}.",
+    # quoted or in inline code
+    f'The last message said "{ONE}"',
+    f"To check a host, send `{ONE}`",
+    f"Checking with `check`: {ONE}",
+    # words about an example, a format, what you could send, what ran before
+    f"For example: {ONE}",
+    f"A call to check looks like this: {ONE}",
+    f"The tool call format is: {ONE}",
+    f"You can ask me to run it yourself: {ONE}",
+    f"Here is what I ran earlier:\n```json\n{ONE}\n```",
+    f"The call that was sent: {ONE}",
+    # a question: asking whether to, not doing it
+    f"Should I check the CPU on web-03?\n{ONE}",
+    # more than one paragraph of prose before it: an explanation
+    f"web-03 is fine now.\n\nThe check I made was the following:\n{ONE}",
+    # a long explanation before it
+    "web-03 " * 100 + ONE,
+    # not exactly a call
+    f'{LEAD} {{"name": "check", "arguments": {{"host": "web-03"}}, "note": "for reference"}}',
+    f'{LEAD} {{"name": "check"}}',
+    # a tool that is not allowed
+    f'{LEAD} {{"name": "rm_rf", "arguments": {{"path": "/"}}}}',
+    f'{LEAD} [{ONE}, {{"name": "rm_rf", "arguments": {{}}}}]',
+    # broken JSON after prose
+    f"{LEAD} {ONE[:-1]}",
+]
+
+
+@pytest.mark.parametrize("content", QUOTED)
+async def test_json_quoted_in_an_explanation_stays_the_answer(content: str) -> None:
+    memory = request_memory()
+    model = ScriptedModel([text(content)])
+
+    result = await run(make_config(model, tools=[echo_tool()], memory=memory))
+
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    assert result.tool_executions == 0
+    assert result.output == content
+    assert memory.messages[1] == AssistantMessage(content=content)
+    assert recover_tool_calls(ModelResponse(content=content), {"check"}, id_prefix="r") is None

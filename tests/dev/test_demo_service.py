@@ -289,7 +289,7 @@ def test_the_tools_act_on_the_real_service(state_dir: Path) -> None:
     assert code == 2 and "--confirmed-by" in out  # mutating: never without an approver
     assert service.read_pid(state_dir) == old
 
-    code, out = tool(path, "web_restart", "--confirmed-by", "U123")
+    code, out = tool(path, "web_restart", "--confirmed-by", "U123", "--unrecorded")
 
     assert code == 0, out
     new = service.read_pid(state_dir)

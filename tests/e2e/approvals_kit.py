@@ -101,6 +101,25 @@ def call_then_answer(
     return policy
 
 
+def change_then_check(
+    tool: str, args: dict[str, object], *, reason: str = "Restarting nginx to clear the leak."
+) -> Callable[[ScriptedRequest], Reply]:
+    """The model calls ``tool`` once, checks with ``check_host`` after it (an approved
+    change is done only once a read-only call checked it), then answers with what
+    ``tool`` said."""
+
+    def policy(request: ScriptedRequest) -> Reply:
+        done = request.tool_results()
+        if done == 0:
+            return Reply(content=reason, tool_calls=[ScriptedCall(tool, args)])
+        if done == 1:
+            return Reply(tool_calls=[ScriptedCall("check_host", {"host": "web-03"})])
+        first = [m for m in request.messages if m.get("role") == "tool"][0]
+        return Reply(content=f"Result: {first['content']}")
+
+    return policy
+
+
 def cards(slack: FakeSlack, channel: str, thread_ts: str) -> list[Message]:
     return [
         m

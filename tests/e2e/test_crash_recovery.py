@@ -14,6 +14,7 @@ from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import (
     call_then_answer,
+    change_then_check,
     click,
     first_job,
     job_hash,
@@ -78,7 +79,7 @@ async def test_a_click_on_another_process_runs_the_change_once(
     tmp_path: Path,
 ) -> None:
     tools, log = tools_yml(tmp_path)
-    model.policy = call_then_answer("restart_service", RESTART)
+    model.policy = change_then_check("restart_service", RESTART)
     a, b = await two(bot, OPSLOOP_TOOLS=tools)
     event = mention("C1", "UREQUESTER", "restart nginx")
     await a.send(event)
@@ -103,7 +104,7 @@ async def test_the_paused_jobs_process_dies_and_the_click_resumes_it_elsewhere(
     tmp_path: Path,
 ) -> None:
     tools, log = tools_yml(tmp_path)
-    model.policy = call_then_answer("restart_service", RESTART)
+    model.policy = change_then_check("restart_service", RESTART)
     a, b = await two(bot, OPSLOOP_TOOLS=tools)
     event = mention("C1", "UREQUESTER", "restart nginx")
     await a.send(event)
@@ -228,7 +229,7 @@ async def test_a_deploy_lets_the_change_finish_and_hands_the_job_over(
     change finish and be recorded, hands the job over at the next step instead of
     leaving its outcome unknown, and exits cleanly; the other process answers."""
     tools, log = tools_yml(tmp_path, delay=3.0)
-    model.policy = call_then_answer("restart_service", RESTART)
+    model.policy = change_then_check("restart_service", RESTART)
     a, b = await two(bot, OPSLOOP_TOOLS=tools)
     event = mention("C1", "UREQUESTER", "restart nginx")
     await a.send(event)
@@ -244,7 +245,7 @@ async def test_a_deploy_lets_the_change_finish_and_hands_the_job_over(
     await wait_end(slack, event["ts"])
     assert not [t for t in texts(slack, "C1", event["ts"]) if "outcome is unknown" in t]
     told = [m for m in model.requests[-1].messages if m.get("role") == "tool"]
-    assert told[-1]["content"].startswith("restarted"), told[-1]
+    assert told[0]["content"].startswith("restarted nginx"), told  # the restart's own result
     [answer] = answers(slack, event["ts"])
     assert answer.startswith("Result: restarted")
     assert ended_once(slack, event["ts"])

@@ -15,7 +15,7 @@ from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import (
     answered,
-    call_then_answer,
+    change_then_check,
     click,
     runs,
     tools_yml,
@@ -56,7 +56,7 @@ async def test_trace_tells_the_story_of_an_approved_restart(
     tmp_path: Path,
 ) -> None:
     tools, log = tools_yml(tmp_path)
-    model.policy = call_then_answer("restart_service", {"service": "nginx"})  # type: ignore[assignment]
+    model.policy = change_then_check("restart_service", {"service": "nginx"})  # type: ignore[assignment]
     serve = await bot(OPSLOOP_TOOLS=tools)
     event = mention("C1", "U1", "nginx leaks memory on web-03, restart it")
     await serve.send(event)
@@ -75,12 +75,13 @@ async def test_trace_tells_the_story_of_an_approved_restart(
     assert code == 0, err
     assert out.startswith(f"Job {job_id} — completed\n"), out
     assert f"thread C1 {event['ts']} · started by U1 · " in out
-    assert "2 of " in out and "1 tool run (restart_service)" in out
+    assert "3 of " in out and "2 tool runs (restart_service, check_host)" in out
     lines = out.splitlines()
     kinds = [line.split()[2] for line in lines if line.startswith("  ") and "+" in line[:30]]
     # the mention taken in → the model asks → the run pauses for the card → the approved
-    # call runs → the model answers
-    assert kinds == ["message", "model", "approval", "end", "tool", "model", "end"], out
+    # call runs → the model checks it → the model answers
+    expected = ["message", "model", "approval", "end", "tool", "model", "tool", "model", "end"]
+    assert kinds == expected, out
     taken = next(line for line in lines if "  message  " in line)
     assert "nginx leaks memory on web-03, restart it" in taken  # what was asked, and by whom
     assert "<@U1>" in taken
@@ -91,7 +92,7 @@ async def test_trace_tells_the_story_of_an_approved_restart(
     assert '"service": "nginx"' in tool and "confirmed by UAPPROVER1" in tool
     assert "paused: awaiting approval" in out
     timeline = [line for line in lines if line.startswith("  ") and "+" in line[:30]]
-    assert "end       completed · 2 iterations · 2 model calls · 1 tool run" in timeline[-1]
+    assert "end       completed · 3 iterations · 3 model calls · 2 tool runs" in timeline[-1]
     # The job's answer closes the story.
     assert lines[lines.index("  answer:") + 1].startswith("    Result: ")
 
@@ -107,7 +108,7 @@ async def test_trace_tells_the_story_of_an_approved_restart(
     assert doc["job"]["id"] == job_id and doc["job"]["status"] == "completed"
     assert [a["decided_by"] for a in doc["approvals"]] == ["UAPPROVER1"]
     tool_entries = [e for e in doc["trace"] if e["kind"] == "tool"]
-    assert [e["confirmed_by"] for e in tool_entries] == ["UAPPROVER1"]
+    assert [e.get("confirmed_by") for e in tool_entries] == ["UAPPROVER1", None]  # the check
     assert list(doc["messages"]) == [event["ts"]]  # what was asked, by its Slack ts
     assert "nginx leaks memory on web-03" in doc["messages"][event["ts"]]
 

@@ -273,9 +273,12 @@ def test_short_answer_is_one_markdown_block() -> None:
     ]
 
 
-def test_blank_answer() -> None:
-    [msg] = answer_messages("  \n")
+@pytest.mark.parametrize("answer", ["", "  \n", "\n\n\t \n"])
+def test_blank_answer_is_one_message_saying_so(answer: str) -> None:
+    [msg] = answer_messages(answer)
     validate(msg)
+    # Slack refuses a message with no text: a blank answer is said in words, no block.
+    assert msg == Message(text="(the model gave no answer text)")
 
 
 def test_long_answer_splits_at_paragraphs() -> None:

@@ -32,6 +32,7 @@ from bot.slack.app import HUMAN_SUBTYPES
 from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
 from bot.slack.gate import Admitted, Gate, acknowledged, inspect, listener_failure, parse
 from bot.store.keys import Thread, thread_of
+from bot.turns.context import ContextWindow
 from tests.e2e.harness import (
     block_actions_body,
     event_body,
@@ -136,7 +137,7 @@ def on_chat_event(event: dict[str, Any], *, reply: bool) -> None:
     thread = Thread(str(channel), str(event.get("thread_ts") or ts))
     json.dumps(event, ensure_ascii=False).encode()  # what is stored must be UTF-8
     re.search(rf"<@{re.escape(BOT_USER_ID)}(\|[^>]*)?>", str(event.get("text") or ""))
-    float(str(ts)) >= float(thread.thread_ts)  # noqa: B015 (_thread_context compares so)
+    ContextWindow(str(ts), None, frozenset()).wants(thread.thread_ts)  # the context window
     assert ":" not in thread.channel and "}" not in thread.channel  # a Redis hash tag
 
 

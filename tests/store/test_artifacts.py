@@ -1,8 +1,10 @@
 """Full tool outputs are kept in Redis for 7 days behind a reference that the model and
-people can quote, and a cut observation in a run leads back to the whole output."""
+people can quote, a cut observation in a run leads back to the whole output, and only
+the job that stored an artifact reads it back (``read_artifact``)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 import pytest
@@ -19,6 +21,8 @@ from bot.agent import (
     UserMessage,
     run,
 )
+from bot.agent.messages import ModelRequest, ModelResponse
+from bot.agent.read_artifact import with_read_artifact
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.emulator.redis_server import ManagedRedis
 from bot.errors import StoreError
@@ -43,8 +47,8 @@ async def test_put_then_get_round_trips(artifacts: RedisArtifacts, job_id: str) 
     ref = await artifacts.put(job_id, "call_1", output)
 
     assert ref.startswith(f"artifact:{job_id}:call_1:")
-    assert await artifacts.get(ref) == output
-    assert await artifacts.get(f"  {ref}\n") == output  # as pasted by a person
+    assert await artifacts.get(job_id, ref) == output
+    assert await artifacts.get(job_id, f"  {ref}\n") == output  # as pasted by a person
 
 
 async def test_the_key_lives_seven_days_under_the_thread_tag(
@@ -63,7 +67,7 @@ async def test_each_put_has_its_own_ref(artifacts: RedisArtifacts, job_id: str) 
     refs = [await artifacts.put(job_id, "call_1", f"attempt {n}") for n in range(10)]
 
     assert len(set(refs)) == 10
-    assert [await artifacts.get(ref) for ref in refs] == [f"attempt {n}" for n in range(10)]
+    assert [await artifacts.get(job_id, ref) for ref in refs] == [f"attempt {n}" for n in range(10)]
 
 
 async def test_a_taken_suffix_is_never_overwritten(
@@ -76,8 +80,8 @@ async def test_a_taken_suffix_is_never_overwritten(
     second = await artifacts.put(job_id, "call_1", "second")
 
     assert (first, second) == (f"artifact:{job_id}:call_1:aaaa", f"artifact:{job_id}:call_1:bbbb")
-    assert await artifacts.get(first) == "first"
-    assert await artifacts.get(second) == "second"
+    assert await artifacts.get(job_id, first) == "first"
+    assert await artifacts.get(job_id, second) == "second"
 
 
 async def test_no_free_suffix_is_a_store_error(
@@ -88,15 +92,38 @@ async def test_no_free_suffix_is_a_store_error(
 
     with pytest.raises(StoreError):
         await artifacts.put(job_id, "call_1", "second")
-    assert await artifacts.get(ref) == "first"
+    assert await artifacts.get(job_id, ref) == "first"
 
 
 async def test_refs_of_other_jobs_do_not_collide(artifacts: RedisArtifacts, thread: Thread) -> None:
     one = await artifacts.put(thread.job_id(1), "c1", "first job")
     other = await artifacts.put(thread.job_id(2), "c1", "second job")
 
-    assert await artifacts.get(one) == "first job"
-    assert await artifacts.get(other) == "second job"
+    assert await artifacts.get(thread.job_id(1), one) == "first job"
+    assert await artifacts.get(thread.job_id(2), other) == "second job"
+
+
+async def test_a_job_reads_only_its_own_artifacts(
+    artifacts: RedisArtifacts, thread: Thread, redis: aioredis.Redis
+) -> None:
+    mine = await artifacts.put(thread.job_id(1), "c1", "job 1's output")
+
+    # Another job of the same thread (same hash tag), another thread's job: no artifact.
+    assert await artifacts.get(thread.job_id(2), mine) is None
+    assert await artifacts.get("C9:1700000000.000900:j1", mine) is None
+    assert await artifacts.get(thread.job_id(1), mine) == "job 1's output"
+    assert len(await redis.keys("*")) == 1  # refused before any key is read, none removed
+
+
+async def test_an_expired_artifact_reads_as_none(
+    artifacts: RedisArtifacts, job_id: str, redis: aioredis.Redis
+) -> None:
+    ref = await artifacts.put(job_id, "call_1", "output")
+    (key,) = await redis.keys("*")
+
+    await redis.pexpireat(key, 1)  # its 7 days are over
+
+    assert await artifacts.get(job_id, ref) is None
 
 
 async def test_a_huge_output_keeps_its_head_and_notes_its_size(
@@ -106,7 +133,7 @@ async def test_a_huge_output_keeps_its_head_and_notes_its_size(
 
     ref = await artifacts.put(job_id, "call_1", output)
 
-    stored = await artifacts.get(ref)
+    stored = await artifacts.get(job_id, ref)
     assert stored is not None
     assert len(stored.encode()) <= MAX_ARTIFACT_BYTES
     assert stored.startswith("a" * 1_000_000)
@@ -131,16 +158,16 @@ async def test_text_utf8_cannot_encode_is_stored_anyway(
     artifacts: RedisArtifacts, job_id: str
 ) -> None:
     ref = await artifacts.put(job_id, "call_1", "ok \ud800 end")
-    assert await artifacts.get(ref) == "ok ? end"
+    assert await artifacts.get(job_id, ref) == "ok ? end"
 
 
 async def test_unknown_and_malformed_refs_read_as_none(
     artifacts: RedisArtifacts, job_id: str
 ) -> None:
-    assert await artifacts.get(f"artifact:{job_id}:call_1:deadbeef") is None
-    assert await artifacts.get("artifact:nonsense") is None
-    assert await artifacts.get("artifact:C1:1.0:j1:nosuffix") is None
-    assert await artifacts.get("something else") is None
+    assert await artifacts.get(job_id, f"artifact:{job_id}:call_1:deadbeef") is None
+    assert await artifacts.get(job_id, "artifact:nonsense") is None
+    assert await artifacts.get("C1:1.0:j1", "artifact:C1:1.0:j1:nosuffix") is None
+    assert await artifacts.get(job_id, "something else") is None
 
 
 def test_a_ref_parses_back_to_its_job() -> None:
@@ -187,7 +214,63 @@ async def test_a_cut_observation_leads_to_the_full_output(
     assert message.artifact in message.content
     assert message.content.startswith(full[:200])
     assert len(message.content) < len(full)
-    assert await artifacts.get(message.artifact) == full
+    assert await artifacts.get(job_id, message.artifact) == full
+
+
+async def test_read_artifact_reads_a_slice_of_a_cut_output_from_redis(
+    artifacts: RedisArtifacts, job_id: str, redis: aioredis.Redis
+) -> None:
+    full = "".join(
+        f"{n:05d} {'ERROR 502 from upstream' if n % 100 == 0 else 'GET /healthz 200'}\n"
+        for n in range(1, 401)
+    )
+
+    async def dump(args: HostArgs, ctx: CallContext) -> str:
+        return full
+
+    tool = FunctionTool(
+        name="logs", description="Tail logs", args_model=HostArgs, fn=dump, output_bound=200
+    )
+
+    def read(request: ModelRequest, **arguments: object) -> ModelResponse:
+        cut = next(m for m in request.messages if isinstance(m, ToolMessage) and m.artifact)
+        ref = re.search(r'read_artifact\(ref="([^"]+)"\)\]$', cut.content)
+        assert ref is not None, cut.content
+        return calls(call("read_artifact", f"r{len(request.messages)}", ref=ref[1], **arguments))
+
+    model = ScriptedModel(
+        [
+            calls(call("logs", "c1", host="web-03")),
+            lambda request: read(request, contains="error"),
+            lambda request: read(request, start_line=399),
+            text("four 502s"),
+        ]
+    )
+    memory = InMemoryHistory()
+    memory.append(UserMessage(content="why are there 502s on web-03?"))
+
+    result = await run(
+        AgentConfig(
+            job_id=job_id,
+            client=model,
+            memory=memory,
+            system_prompt="You are an SRE assistant.",
+            tools=with_read_artifact([tool], artifacts),
+            artifacts=artifacts,
+        )
+    )
+
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    cut, matches, tail = [m for m in memory.messages if isinstance(m, ToolMessage)]
+    assert cut.artifact is not None and await redis.exists(*await redis.keys("*")) == 1
+    assert matches.content.splitlines()[1:] == [
+        f"{n}: {n:05d} ERROR 502 from upstream" for n in (100, 200, 300, 400)
+    ]
+    assert tail.content.splitlines()[1:] == [
+        "399: 00399 GET /healthz 200",
+        "400: 00400 ERROR 502 from upstream",
+    ]
+    assert matches.artifact is None and tail.artifact is None
 
 
 @pytest.fixture
@@ -202,4 +285,4 @@ async def test_redis_down_raises_store_unavailable(dead: RedisArtifacts, job_id:
     with pytest.raises(StoreUnavailable):
         await dead.put(job_id, "call_1", "output")
     with pytest.raises(StoreUnavailable):
-        await dead.get(f"artifact:{job_id}:call_1:deadbeef")
+        await dead.get(job_id, f"artifact:{job_id}:call_1:deadbeef")

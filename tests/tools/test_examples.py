@@ -85,10 +85,11 @@ def test_k8s_delete_pod_dry_runs_on_the_server_before_it_deletes(fake_bin: str) 
     doing it; only the approved call runs the real delete."""
     args = ["tools", "--file", "examples/tools.yml", "run", "k8s_delete_pod"]
     values = ["pod=api-7d9c6b5f4-x2x7k", "namespace=staging"]
-    dry_only = opsloop(*args, *values, "--confirmed-by", "U0123ABC", path=fake_bin)
+    approved = ["--confirmed-by", "U0123ABC", "--unrecorded"]  # no REDIS_URL here
+    dry_only = opsloop(*args, *values, *approved, path=fake_bin)
     calls = [json.loads(line) for line in dry_only.stdout.splitlines() if line.startswith("{")]
     assert [c["argv"][-1] for c in calls] == ["--dry-run=server"]  # no --yes: dry run only
-    done = opsloop(*args, *values, "--confirmed-by", "U0123ABC", "--yes", path=fake_bin)
+    done = opsloop(*args, *values, *approved, "--yes", path=fake_bin)
     calls = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [c["argv"] for c in calls] == [
         ["kubectl", "delete", "pod", "api-7d9c6b5f4-x2x7k", "-n", "staging", "--dry-run=server"],
@@ -134,7 +135,7 @@ def test_systemd_restart_runs_sudo_systemctl_restart_once_approved(fake_bin: str
     unapproved = opsloop(*args, *values, path=fake_bin)
     assert unapproved.returncode == 2  # mutating: needs an approver
     assert "pass --confirmed-by" in unapproved.stdout
-    done = opsloop(*args, *values, "--confirmed-by", "U0123ABC", path=fake_bin)
+    done = opsloop(*args, *values, "--confirmed-by", "U0123ABC", "--unrecorded", path=fake_bin)
     assert run_json(done)["argv"] == [
         "ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "--", "web-01",
         "sudo", "-n", "systemctl", "restart", "--", "nginx",
@@ -144,7 +145,7 @@ def test_systemd_restart_runs_sudo_systemctl_restart_once_approved(fake_bin: str
 def test_k8s_rollout_restart_uses_the_bots_kubeconfig(fake_bin: str) -> None:
     done = opsloop(
         "tools", "--file", "examples/tools.yml", "run", "k8s_rollout_restart",
-        "deployment=api", "namespace=staging", "--confirmed-by", "U0123ABC",
+        "deployment=api", "namespace=staging", "--confirmed-by", "U0123ABC", "--unrecorded",
         path=fake_bin,
     )  # fmt: skip
     result = run_json(done)

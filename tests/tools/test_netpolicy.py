@@ -287,8 +287,8 @@ async def test_allowed_by_cidr_and_only_the_allowed_addresses_are_used() -> None
 
 async def test_an_allowlist_opens_private_and_loopback_addresses() -> None:
     p = policy("localhost", "private.test", "::1")
-    await p.check("http://private.test/")
-    await p.check("http://[::1]:9000/")
+    assert [str(a) for a in (await p.check("http://private.test/")).addresses] == ["10.0.0.5"]
+    assert [str(a) for a in (await p.check("http://[::1]:9000/")).addresses] == ["::1"]
 
 
 @pytest.mark.parametrize(

@@ -96,14 +96,59 @@ def test_a_mutating_tool_needs_confirmed_by(tools_file: Path) -> None:
     refused = opsloop("tools", "--file", str(tools_file), "run", "restart", "host=web-03")
     assert refused.returncode == 2 and "--confirmed-by" in refused.stdout
     done = opsloop(
+        "tools",
+        "--file",
+        str(tools_file),
+        "run",
+        "restart",
+        "host=web-03",
+        "--confirmed-by",
+        "U1",
+        "--unrecorded",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "restarted web-03 by U1"
+
+
+def test_a_change_without_redis_runs_with_a_warning_that_it_is_not_recorded(
+    tools_file: Path,
+) -> None:
+    # Trying a tools.yml on a laptop has no Redis: the change runs, and stderr says it
+    # left no ledger entry or trace (``--unrecorded`` silences that).
+    done = opsloop(
         "tools", "--file", str(tools_file), "run", "restart", "host=web-03", "--confirmed-by", "U1"
     )
-    assert done.returncode == 0
+    assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "restarted web-03 by U1"
+    assert "REDIS_URL is not set" in done.stderr and "no ledger entry or trace" in done.stderr
+    quiet = opsloop(
+        "tools",
+        "--file",
+        str(tools_file),
+        "run",
+        "restart",
+        "host=web-03",
+        "--confirmed-by",
+        "U1",
+        "--unrecorded",
+    )
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr
+    # A read-only tool is never recorded, so it is never warned of.
+    read = opsloop("tools", "--file", str(tools_file), "run", "echo_host", "host=web-03")
+    assert (read.returncode, read.stdout.strip()) == (0, "web-03 1")
+    assert "warning" not in read.stderr
+
+
+def test_confirmed_by_is_not_a_parameter(tools_file: Path) -> None:
+    done = opsloop(
+        "tools", "--file", str(tools_file), "run", "restart", "host=web-03", "confirmed_by=U1"
+    )
+    assert done.returncode == 2 and "--confirmed-by" in done.stdout
 
 
 def test_a_destructive_tool_shows_its_dry_run_and_needs_yes(tools_file: Path) -> None:
     base = ["tools", "--file", str(tools_file), "run", "wipe", "host=db-1", "--confirmed-by", "U1"]
+    base.append("--unrecorded")
     dry = opsloop(*base)
     assert dry.returncode == 2
     assert "would wipe db-1" in dry.stdout and "wiped db-1" not in dry.stdout.replace("would ", "")

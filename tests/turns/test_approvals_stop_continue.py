@@ -60,7 +60,9 @@ async def start(turns: Turns, thread: Thread) -> str:
 async def test_a_mutating_call_pauses_and_the_approval_resumes_it_once(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
-    model = ScriptedModel([calls(call("restart", "c1", host="web-03")), text("restarted")])
+    # The restart is checked in the same batch, so the answer ends the job completed.
+    restart_and_check = calls(call("restart", "c1", host="web-03"), call("check", host="web-03"))
+    model = ScriptedModel([restart_and_check, text("restarted")])
     turns, cards = make_turns(redis, keys, model)
     job_id = await start(turns, thread)
 

@@ -40,7 +40,7 @@ async def test_a_resumed_job_keeps_its_tools_when_the_catalogue_changed(
     job_id = await start(turns, thread)
     paused = await turns.run_job(job_id)
     assert paused is not None and paused.stop_reason is StopReason.AWAITING_APPROVAL
-    assert offered(model, 0) == ["check", "restart"]
+    assert offered(model, 0) == ["check", "read_artifact", "restart"]  # the built-in too
     record = await turns.jobs.get(job_id)
     assert record is not None and record.meta[TOOLS_META] == "check restart"
 
@@ -65,22 +65,23 @@ async def test_a_resumed_job_keeps_its_tools_when_the_catalogue_changed(
     assert decided is not None and decided.won
     result = await turns.run_job(job_id)
     assert result is not None and result.stop_reason is StopReason.COMPLETED, result
-    assert offered(model, 1) == ["check", "restart"]
-    assert offered(model, 2) == ["check", "restart"]
+    assert offered(model, 1) == ["check", "read_artifact", "restart"]
+    assert offered(model, 2) == ["check", "read_artifact", "restart"]
     assert "ok web-03" in str(model.requests[2].messages[-1])  # the retired tool still ran
 
     second = Thread(thread.channel, "1700000099.000100")
     receipt = await turns.receive(second, ts=second.thread_ts, user="UREQ", text="look")
     assert receipt.job_id is not None
     await turns.run_job(receipt.job_id)
-    assert offered(model, 3) == ["logs", "restart"]  # a new job: the new catalogue
+    assert offered(model, 3) == ["logs", "read_artifact", "restart"]  # a new job: the new catalogue
 
 
 async def test_a_tool_unknown_to_the_process_is_left_out_of_a_resumed_job(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
-    model = ScriptedModel([calls(call("restart", "c1", host="web-03")), text("done")])
+    model = ScriptedModel([calls(call("restart", "c1", host="web-03")), text("done"), text("done")])
     turns, cards = make_turns(redis, keys, model)
+    turns.settings = replace(turns.settings, limits=LIMITS.model_copy(update={"max_iterations": 3}))
     job_id = await start(turns, thread)
     await turns.run_job(job_id)
     old = turns.catalog
@@ -94,5 +95,6 @@ async def test_a_tool_unknown_to_the_process_is_left_out_of_a_resumed_job(
         now=time.time(),
     )
     result = await turns.run_job(job_id)
-    assert result is not None and result.stop_reason is StopReason.COMPLETED, result
-    assert offered(model, 1) == ["restart"]
+    # The model answers twice without checking the restart: asked once, then not verified.
+    assert result is not None and result.stop_reason is StopReason.INCOMPLETE, result
+    assert offered(model, 1) == ["read_artifact", "restart"]

@@ -98,7 +98,15 @@ async def taken_over_by_b(
     redis: aioredis.Redis, keys: Keys, job_id: str, crashed_at: float
 ) -> Callable[[], Awaitable[None]]:
     """B's scan at the latest allowed moment; returns how to let B resume the job."""
-    b = process(redis, keys, "process-b", ScriptedModel(fn=lambda _: text("resumed")))
+
+    def verify_then_answer(request: ModelRequest) -> ModelResponse:
+        # A restart that ran is checked before the answer (``bot/agent/work_done.py``).
+        last = request.messages[-1]
+        if isinstance(last, ToolMessage) and last.name == "restart":
+            return calls(call("check", "c9", host="web-03"))
+        return text("resumed")
+
+    b = process(redis, keys, "process-b", ScriptedModel(fn=verify_then_answer))
     scheduled: list[str] = []
 
     async def on_expired(approval: ApprovalRecord) -> None:
