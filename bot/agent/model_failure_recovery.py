@@ -6,7 +6,7 @@ empty response and a condense that failed; tool calls the model wrote as text ar
 
 Transient errors were already retried inside the client; when they reach the loop the
 next model of the fallback chain is tried (each model at most once per job). A context
-overflow is condensed once per run, then retried. An empty response is retried a
+overflow is condensed once per job, then retried. An empty response is retried a
 bounded number of times and then ends the run as ``no_action``. Anything else fails.
 """
 

@@ -87,7 +87,7 @@ class _Run:
         self.calls = CallRunner(config, state, emit=self.emit, deadline_in=self.deadline_in)
         self.last_text: str | None = None
         self.history_chars: int | None = None  # counted once, then kept up to date
-        self.condense_used = False
+        self.condense_used = state.condensed  # once per job: a resumed run does not again
         self.started = 0.0
         self.active_before = state.active_time_s
 
@@ -290,8 +290,9 @@ class _Run:
         self.emit(InjectedMessages(ids=tuple(i.id for i in items)))
 
     async def condense(self) -> bool:
-        """Condense history once per run; False (and an event) when it fails."""
-        self.condense_used = True
+        """Condense history once per job (``RunState.condensed``, saved with the job);
+        False (and an event) when it fails."""
+        self.condense_used = self.state.condensed = True
         condense = self.config.condense
         if condense is None:
             return False

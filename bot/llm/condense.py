@@ -1,7 +1,7 @@
 """Condensing a job's history with the job's own model: ``ModelCondenser``, the core's
 ``Condense`` port.
 
-The loop calls it at most once per run: when the provider reports a context overflow,
+The loop calls it at most once per job: when the provider reports a context overflow,
 or before a call whose estimated prompt reaches ``condense_at_tokens``. It picks a
 boundary (``choose_boundary``) so that the most recent messages stay verbatim and no
 assistant tool call is ever separated from its results, asks the same model under the

@@ -1,7 +1,7 @@
 """Recovery in a run: fallback chain, condensing on overflow, empty responses, failures.
 
 ``ModelUnavailableError`` moves to the next model of the chain, each model at most once
-per job; ``ContextOverflowError`` condenses the history once per run and retries; an
+per job; ``ContextOverflowError`` condenses the history once per job and retries; an
 empty response is retried twice, then the run ends ``no_action``; anything else ends it
 ``failed``. A condense that raises is reported (``CondenseFailed``) and the run carries
 on uncondensed or stops, as the policy says. ``condense_at_tokens`` condenses before a

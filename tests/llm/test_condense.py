@@ -25,6 +25,7 @@ from bot.agent import (
     run,
 )
 from bot.agent.events import CondenseDone, CondenseFailed, Event
+from bot.agent.memory import record_approvers
 from bot.agent.testing import ScriptedModel, calls, text
 from bot.errors import ContextOverflowError
 from bot.llm.condense import (
@@ -62,8 +63,9 @@ def result(call_id: str, content: str = "ok", **kw: Any) -> ToolMessage:
 
 
 def incident() -> list[AnyMessage]:
-    """Ten messages of an incident: a read, an approved restart, a reply, more reads."""
-    return [
+    """Ten messages of an incident: a read, an approved restart, a reply, more reads; as a
+    history holds them (the approved call names its approver: ``record_approvers``)."""
+    messages: list[AnyMessage] = [
         user("web-03 is at 95% CPU, look into it"),
         asks("c1", content="Checking the load on web-03."),
         result("c1", "load average 11.92 on web-03; top: java pid 4242 at 380%"),
@@ -80,6 +82,8 @@ def incident() -> list[AnyMessage]:
         result("c3", "load average 1.07 on web-03"),
         result("c4", "load average 0.88 on web-04"),
     ]
+    record_approvers(messages)
+    return messages
 
 
 def condenser(model: ScriptedModel, **kw: Any) -> ModelCondenser:

@@ -33,7 +33,12 @@ TOOL_KEYS = ("tools", "tool_choice", "parallel_tool_calls")
 
 
 def history() -> list[AnyMessage]:
-    call = ToolCall(id="call_1", name="restart_service", arguments='{"host":"web-03"}')
+    # As a history holds it: the approved call names its approver (``record_approvers``).
+    call = ToolCall(
+        id="call_1",
+        name="restart_service",
+        arguments='{"host": "web-03", "confirmed_by": "U0ALICE"}',
+    )
     return [
         UserMessage(content="payments-api on web-03 returns 502s"),
         AssistantMessage(content="Restarting it.", tool_calls=(call,)),
