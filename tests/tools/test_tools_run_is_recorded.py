@@ -15,7 +15,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,11 @@ import redis.asyncio as aioredis
 
 from bot.cli.tools import shell_user
 from bot.emulator.redis_server import ManagedRedis, free_port
-from bot.store.connection import connect
 from bot.store.jobs import Jobs, JobStatus
 from bot.store.keys import Keys
 from bot.store.ledger import RedisLedger
 from bot.store.trace import EndEntry, ToolEntry, read_trace
+from tests.store import conftest as store_fixtures
 
 PREFIX = "cli-test:"
 ENV_LINE = (
@@ -61,19 +60,9 @@ tools:
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedRedis]:
-    managed = ManagedRedis(tmp_path_factory.mktemp("redis")).start()
-    yield managed
-    managed.stop()
-
-
-@pytest.fixture
-async def redis(server: ManagedRedis) -> AsyncIterator[aioredis.Redis]:
-    client = connect(server.url)
-    await client.flushall()
-    yield client
-    await client.aclose()
+# The store's fixtures: one redis-server for the session, flushed for each test.
+server = store_fixtures.server
+redis = store_fixtures.redis
 
 
 @pytest.fixture
