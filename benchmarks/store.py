@@ -4,10 +4,10 @@ Against a local redis-server it starts itself (AOF, appendfsync always, as the t
 the dev mode run it):
 
 1. The hot path: the agent core runs K = 10 iterations of an instant in-process model
-   with the store wired in (inject check at iteration start, history + job state + trace
-   in one checkpoint script). Redis round trips are counted at the client connection;
-   reported per iteration with wall and CPU time, next to the same run on in-memory
-   state.
+   with the store wired in (the save before the tools run; the save after them in one
+   MULTI with the next iteration's inject check). Redis round trips are counted at the
+   client connection; reported per iteration with wall and CPU time, next to the same
+   run on in-memory state.
 2. 10,000 jobs paused for approval (job record with its pending batch, plus the approval
    record): bytes of Redis memory per job.
 
@@ -101,6 +101,7 @@ async def one_job(client: aioredis.Redis, keys: Keys, n: int) -> tuple[int, int]
         inject=inject,
         on_event=trace,
         on_checkpoint=session.checkpoint,
+        on_checkpoint_and_fetch=lambda state: session.checkpoint_and_fetch(state, inject),
     )
     before = CountingConnection.sent
     result = await run(config)

@@ -17,6 +17,7 @@ from bot.agent.ports import (
     Condense,
     Confirm,
     Inject,
+    Injected,
     Ledger,
     LoopClock,
     Memory,
@@ -57,6 +58,7 @@ class AskAgain:
 
 StopPredicate = Callable[[StopCheck], Awaitable[StopVerdict | AskAgain | None]]
 Checkpoint = Callable[[RunState], Awaitable[None]]
+CheckpointAndFetch = Callable[[RunState], Awaitable[Sequence[Injected]]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +83,11 @@ class AgentConfig:
     # appends durable too (a store saves both in one round trip); without it, the loop
     # calls ``memory.flush()`` itself.
     on_checkpoint: Checkpoint | None = None
+    # Optional: ``on_checkpoint`` followed by ``inject.fetch()``, in one round trip. A
+    # step that ends the iteration (a batch's results, a "continue" or a predicate's
+    # question) is saved by it at the start of the next iteration, so an iteration costs
+    # the store two round trips: this one and the save before the tools run.
+    on_checkpoint_and_fetch: CheckpointAndFetch | None = None
     artifacts: ArtifactStore = field(default_factory=InMemoryArtifacts)
     ledger: Ledger | None = None
     clock: Clock = field(default_factory=LoopClock)

@@ -1,11 +1,16 @@
 """The agent loop: one ``run`` over one ``AgentConfig``, always returning a ``RunResult``.
 
-Per iteration: inject → limits pre-check (with reservation) → model call (recovery:
-fallback, condense, empty retries) → account usage, append the assistant message →
-final answer if no tool calls → the batch of calls (``calls.py``), each result through
-the loop detector → stop predicate. A confirm answering "pending" ends the run as
+Per iteration: save the previous step and fetch injects → limits pre-check (with
+reservation) → model call (recovery: fallback, condense, empty retries) → account usage,
+append the assistant message → final answer if no tool calls → save the response, its
+usage and the iteration with the batch as ``pending`` → the batch of calls
+(``calls.py``), each result through the loop detector → stop predicate. Two saves per
+iteration, so two store round trips when the store saves and fetches in one
+(``AgentConfig.on_checkpoint_and_fetch``). A confirm answering "pending" ends the run as
 ``awaiting_approval`` with a resumable state; ``run(config, state, decision)`` picks the
-batch up where it paused.
+batch up where it paused, and ``run(config, state)`` one that a crash interrupted (its
+``pending`` has no approval: the calls without a result run, a write the ledger already
+holds is answered from it).
 
 An answer without tool calls that was cut off at the output limit is not final: the
 model is asked (a ``user`` message) to go on from where it stopped, and the final answer
@@ -43,7 +48,7 @@ from bot.agent.messages import (
     UserMessage,
 )
 from bot.agent.model_step import ABORT_REASON, Finish, Next, Step, model_step
-from bot.agent.ports import Decision
+from bot.agent.ports import Decision, Injected
 from bot.agent.redact import redact_secrets
 from bot.agent.repeated_calls import LOOP_MESSAGE, LoopDetector, LoopVerdict
 from bot.agent.responses import cut_off, message_chars
@@ -90,6 +95,9 @@ class _Run:
         self.condense_used = state.condensed  # once per job: a resumed run does not again
         self.started = 0.0
         self.active_before = state.active_time_s
+        # The step that ended the last iteration is not saved yet: the next iteration
+        # saves it, with its inject fetch when the store can do both in one round trip.
+        self.unsaved = False
 
     # -- plumbing -------------------------------------------------------------
 
@@ -143,7 +151,9 @@ class _Run:
                 step = await self.resume(self.state.pending)
             while isinstance(step, Next):
                 step = await self.iteration()
-            if step.reason is not StopReason.AWAITING_APPROVAL:
+            if self.unsaved:
+                await self.checkpoint()
+            elif step.reason is not StopReason.AWAITING_APPROVAL:
                 await self.config.memory.flush()
         except StoreError:
             # The store failed (or refused a stale writer): the run is abandoned, not
@@ -181,12 +191,18 @@ class _Run:
 
     async def iteration(self) -> Step:
         if (stop := self.cancelled()) is not None:
-            return stop
+            return stop  # ``execute`` saves the previous step
         if self.config.hand_over is not None and self.config.hand_over():
+            await self.save()
             raise HandedOver(
                 f"job {self.config.job_id} handed over after iteration {self.state.iterations}"
             )
-        await self.take_injected()
+        items = await self.save_and_fetch()
+        if (stop := self.cancelled()) is not None:
+            # The save heard a Stop. Replies fetched with it stay unacknowledged: the
+            # job's end finds them pending and a follow-up job takes them in.
+            return stop
+        await self.take_injected(items)
         got = await self.model_step()
         if isinstance(got, Finish):
             return got
@@ -199,6 +215,12 @@ class _Run:
             self.last_text = response.content
         assistant = AssistantMessage(content=response.content, tool_calls=response.tool_calls)
         self.append(assistant)
+        # Before any tool runs, the response, its usage and the iteration are saved, with
+        # the batch as the calls still to run: a crash during a tool resumes the batch
+        # (the ledger answers a write that already ran) instead of asking the model again
+        # without counting this call.
+        self.state.pending = PendingBatch(message=assistant, remaining=list(assistant.tool_calls))
+        await self.checkpoint()
         step = await self.batch(assistant, list(assistant.tool_calls), any_ok=False)
         if isinstance(step, Finish):
             return step
@@ -213,7 +235,7 @@ class _Run:
         if cut_off(response):
             self.state.answer_so_far = answer
             self.append(UserMessage(content=CONTINUE_MESSAGE))
-            await self.checkpoint()
+            self.unsaved = True
             return await self.after_step()
         self.state.answer_so_far = None
         verdict = await self.judge(final=True, output=answer)
@@ -235,7 +257,7 @@ class _Run:
         """The predicate's question enters the history; the model is called again."""
         self.state.asked.append(verdict.key)
         self.append(UserMessage(content=verdict.message))
-        await self.checkpoint()
+        self.unsaved = True
         return Next()
 
     async def after_step(self) -> Step:
@@ -253,8 +275,10 @@ class _Run:
         return Next()
 
     async def resume(self, pending: PendingBatch) -> Step:
-        self.state.pending = None
+        """Go on with a batch: one paused for a decision, or one a crash interrupted
+        (saved before its tools ran; ``remaining`` are the calls without a result)."""
         if (stop := self.cancelled()) is not None:  # Stop won the race with the decision
+            self.state.pending = None
             self.skip(pending.remaining, stop)
             await self.checkpoint()
             return stop
@@ -271,12 +295,26 @@ class _Run:
 
     # -- inject and condense --------------------------------------------------
 
-    async def take_injected(self) -> None:
+    async def save(self) -> None:
+        """Save the step that ended the last iteration, if it is not saved yet."""
+        if self.unsaved:
+            self.unsaved = False
+            await self.checkpoint()
+
+    async def save_and_fetch(self) -> Sequence[Injected]:
+        """``save`` and the inject fetch, in one round trip when the store offers it."""
         inject = self.config.inject
-        if inject is None:
-            return
-        items = await inject.fetch()
-        if not items:
+        both = self.config.on_checkpoint_and_fetch
+        if inject is not None and both is not None and self.unsaved:
+            self.unsaved = False
+            self.state.active_time_s = self.active()
+            return await both(self.state)
+        await self.save()
+        return await inject.fetch() if inject is not None else ()
+
+    async def take_injected(self, items: Sequence[Injected]) -> None:
+        inject = self.config.inject
+        if inject is None or not items:
             return
         # A person spoke: what the model says next answers them, not the rest of a cut answer.
         self.state.answer_so_far = None
@@ -391,12 +429,14 @@ class _Run:
                 stop = stop or recorded
                 any_ok = any_ok or not outcome.is_error
             if stop is not None:
+                self.state.pending = None
                 self.skip(calls[end:], stop)
                 await self.checkpoint()
                 return stop
             i = end
+        self.state.pending = None
         self.state.error_streak = 0 if any_ok else self.state.error_streak + 1
-        await self.checkpoint()
+        self.unsaved = True  # saved by the next iteration's fetch, or at the run's end
         return Next()
 
     def record(self, outcome: Outcome) -> Finish | None:

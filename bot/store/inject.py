@@ -99,6 +99,15 @@ end
 """
 
 
+@dataclass(slots=True)
+class FetchPlan:
+    """What one fetch queued: whether it reads its own pending entries and claims."""
+
+    read_own: bool
+    now: float
+    claim: bool
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     stream_id: str
@@ -148,36 +157,49 @@ class InjectReader:
 
     async def fetch(self) -> Sequence[Injected]:
         """Replies to append to the history, oldest first (see the module docstring)."""
-        read_own = not self._own_pending_empty or bool(self._handed_out)
-        now = self._clock()
-        claim = self._next_claim_at is None or now >= self._next_claim_at
         async with translated("inject fetch"):
             pipe = self._redis.pipeline(transaction=True)
-            if read_own:
-                pipe.xreadgroup(GROUP, self._consumer, {self._stream: "0"}, count=self._batch)
-            if claim:
-                pipe.xautoclaim(
-                    self._stream,
-                    GROUP,
-                    self._consumer,
-                    min_idle_time=self._claim_idle_ms,
-                    start_id=self._claim_cursor,
-                    count=self._batch,
-                )
-            pipe.xreadgroup(GROUP, self._consumer, {self._stream: ">"}, count=self._batch)
-            pipe.get(self._seq_key)
-            pipe.xpending(self._stream, GROUP)
+            plan = self.queue(pipe)
             replies = list(await pipe.execute(raise_on_error=False))
+        return await self.take(plan, replies)
 
+    def queue(self, pipe: Any) -> FetchPlan:
+        """Queue the fetch's commands on ``pipe`` (a MULTI, maybe holding other commands
+        before them); ``take`` reads their replies, the last ones of the pipeline."""
+        plan = FetchPlan(
+            read_own=not self._own_pending_empty or bool(self._handed_out),
+            now=self._clock(),
+            claim=False,
+        )
+        plan.claim = self._next_claim_at is None or plan.now >= self._next_claim_at
+        if plan.read_own:
+            pipe.xreadgroup(GROUP, self._consumer, {self._stream: "0"}, count=self._batch)
+        if plan.claim:
+            pipe.xautoclaim(
+                self._stream,
+                GROUP,
+                self._consumer,
+                min_idle_time=self._claim_idle_ms,
+                start_id=self._claim_cursor,
+                count=self._batch,
+            )
+        pipe.xreadgroup(GROUP, self._consumer, {self._stream: ">"}, count=self._batch)
+        pipe.get(self._seq_key)
+        pipe.xpending(self._stream, GROUP)
+        return plan
+
+    async def take(self, plan: FetchPlan, replies: list[Any]) -> Sequence[Injected]:
+        """The replies ``queue``'s commands got (popped off the end of ``replies``)."""
+        async with translated("inject fetch"):
             self.held_elsewhere = _held_by_others(_ok(replies.pop()), self._consumer)
             seq_reply = _ok(replies.pop())
             new = _read_entries(_ok(replies.pop()))
             claimed: list[_Entry] = []
-            if claim:
+            if plan.claim:
                 cursor, claimed = _claim_entries(_ok(replies.pop()))
-                self._after_claim(cursor, now)
+                self._after_claim(cursor, plan.now)
             own: list[_Entry] = []
-            if read_own:
+            if plan.read_own:
                 own = _read_entries(_ok(replies.pop()))
                 self._own_pending_empty = len(own) < self._batch
 
@@ -190,6 +212,13 @@ class InjectReader:
         # in the history, so it earns its visible ack now.
         await self._visible_ack(applied)
         return items
+
+    @property
+    def settled_seq(self) -> int:
+        """``seen_seq`` once every reply handed out was acknowledged; 0 while one was
+        not (a run that ended without taking it in): ending the job then finds replies
+        pending, and a follow-up job takes them in."""
+        return 0 if self._handed_out else self.seen_seq
 
     async def ack(self, items: Sequence[Injected]) -> None:
         """XACK the items (one round trip), then the visible ack; a failed XACK raises

@@ -6,20 +6,25 @@ token, appends the buffered history messages and trace entries, and saves the jo
 record with the loop's progress: a process that lost its lease writes nothing at all.
 The same script reads the job's cancel flag (set by ``Stop``), so the flag is read
 every step at no extra cost; ``on_cancel`` hears who set it.
-With the inject check at the start of the iteration, that is two round trips per
-iteration on the hot path.
+The save that ends an iteration (its tools' results) goes with the next iteration's
+inject fetch in one MULTI (``checkpoint_and_fetch``); with the save before the tools
+run, that is two round trips per iteration on the hot path.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 
+from bot.agent.ports import Injected
 from bot.agent.state import RunState
 from bot.store.connection import StoreConflict, translated
 from bot.store.history import RedisHistory
+from bot.store.inject import InjectReader
 from bot.store.jobs import JobRecord
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, TRACE_TTL_S, Keys
 from bot.store.lease import Lease
@@ -78,46 +83,94 @@ class JobSession:
 
     async def checkpoint(self, state: RunState) -> None:
         """Make the step durable (the core's ``on_checkpoint``)."""
+        step = self._step(state)
+        try:
+            async with translated("job checkpoint"):
+                outcome = await self._script(keys=step.keys, args=step.args)
+        except BaseException:
+            self._put_back(step)
+            raise
+        self._settle(step, outcome)
+
+    async def checkpoint_and_fetch(
+        self, state: RunState, inject: InjectReader
+    ) -> Sequence[Injected]:
+        """``checkpoint`` and ``inject.fetch()`` in one MULTI, one round trip (the core's
+        ``on_checkpoint_and_fetch``): the checkpoint script first, so a Stop it reads is
+        heard before the replies are taken in; a refused checkpoint raises as in
+        ``checkpoint`` (the replies read stay unacknowledged, for whoever runs the job)."""
+        step = self._step(state)
+        try:
+            async with translated("job checkpoint"):
+                pipe = self._redis.pipeline(transaction=True)
+                pipe.evalsha(self._script.sha, len(step.keys), *step.keys, *step.args)
+                plan = inject.queue(pipe)
+                replies = list(await pipe.execute(raise_on_error=False))
+                outcome = replies.pop(0)
+                if isinstance(outcome, NoScriptError):
+                    # The server lost its scripts (a restart, SCRIPT FLUSH): the
+                    # checkpoint again on its own, which loads the script first.
+                    outcome = await self._script(keys=step.keys, args=step.args)
+                elif isinstance(outcome, BaseException):
+                    raise outcome
+        except BaseException:
+            self._put_back(step)
+            raise
+        self._settle(step, outcome)
+        return await inject.take(plan, replies)
+
+    def _step(self, state: RunState) -> _Step:
         items = self.history.drain()
         traces = self._trace.drain() if self._trace is not None else []
         record = self.record.model_copy(
             update={"progress": state, "updated_at": self._now(), "fence": self.lease.fence}
         )
-        try:
-            async with translated("job checkpoint"):
-                outcome = await self._script(
-                    keys=[
-                        self._keys.job(record.id),
-                        self._keys.history(record.thread),
-                        self._keys.trace(record.id),
-                    ],
-                    args=[
-                        self.record.status.value,
-                        self.lease.fence,
-                        record.model_dump_json(),
-                        JOB_TTL_S,
-                        HISTORY_TTL_S,
-                        TRACE_TTL_S,
-                        MAX_TRACE_ENTRIES,
-                        len(items),
-                        *items,
-                        *traces,
-                    ],
-                )
-        except BaseException:
-            self._put_back(items, traces)
-            raise
+        return _Step(
+            record=record,
+            items=items,
+            traces=traces,
+            keys=[
+                self._keys.job(record.id),
+                self._keys.history(record.thread),
+                self._keys.trace(record.id),
+            ],
+            args=[
+                self.record.status.value,
+                self.lease.fence,
+                record.model_dump_json(),
+                JOB_TTL_S,
+                HISTORY_TTL_S,
+                TRACE_TTL_S,
+                MAX_TRACE_ENTRIES,
+                len(items),
+                *items,
+                *traces,
+            ],
+        )
+
+    def _settle(self, step: _Step, outcome: object) -> None:
         stopped_by = None
         if isinstance(outcome, str) and outcome.startswith("cancel:"):
             stopped_by, outcome = outcome.removeprefix("cancel:"), 1
         if outcome != 1:
-            self._put_back(items, traces)
-            raise StoreConflict(f"job {record.id} checkpoint refused: {outcome}")
-        self.record = record
+            self._put_back(step)
+            raise StoreConflict(f"job {step.record.id} checkpoint refused: {outcome}")
+        self.record = step.record
         if stopped_by is not None and self._on_cancel is not None:
             self._on_cancel(stopped_by)
 
-    def _put_back(self, items: list[str], traces: list[str]) -> None:
-        self.history.restore(items)
+    def _put_back(self, step: _Step) -> None:
+        self.history.restore(step.items)
         if self._trace is not None:
-            self._trace.put_back(traces)
+            self._trace.put_back(step.traces)
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One checkpoint's script call and what to put back if it is not written."""
+
+    record: JobRecord
+    items: list[str]
+    traces: list[str]
+    keys: list[str]
+    args: list[str | int]

@@ -478,6 +478,7 @@ class Turns:
             condense_at_tokens=self.settings.condense_at_tokens,
             on_event=on_event,
             on_checkpoint=session.checkpoint,
+            on_checkpoint_and_fetch=lambda state: session.checkpoint_and_fetch(state, inject),
             artifacts=RedisArtifacts(self.redis, self.keys),
             ledger=self.ledger,
             confirm=confirm,
@@ -487,7 +488,7 @@ class Turns:
         )
         try:
             result = await run(config, record.progress, decision)
-            follow = await self._end(session.record, result, fence, inject.seen_seq)
+            follow = await self._end(session.record, result, fence, inject.settled_seq)
             # What came after the last checkpoint (the approval asked for, the run's end)
             # goes to the trace once the job's status is saved (so the status is not held
             # up by it), and before the card is posted (so a decision's entries follow).

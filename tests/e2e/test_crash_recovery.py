@@ -156,6 +156,12 @@ async def test_a_crash_during_a_read_is_taken_over_within_the_lease(
     stored = await job_hash(redis_server.url, first_job("C1", event["ts"]))
     assert stored["status"] == "completed"
     assert stored["current_job"] == first_job("C1", event["ts"])  # resumed, not restarted
+    # The response that asked for the read was saved before the read ran: the survivor
+    # ran the read again and asked the model once, for the answer; the job's limits
+    # count both calls, once each.
+    assert len(model.requests) == 2
+    progress = stored["data"]["progress"]
+    assert progress["iterations"] == 2 and progress["model_calls"] == 2
 
 
 async def test_a_crash_during_a_change_is_not_run_again_and_is_reported(

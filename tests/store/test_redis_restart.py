@@ -73,10 +73,14 @@ async def test_a_restart_mid_job_keeps_acknowledged_steps_and_abandons_the_run(
 
         fresh_server.start()  # same data directory, AOF replayed
         stored = await jobs.get(job.id)
-        assert stored is not None and stored.progress.iterations == 1  # step 1 was acked
+        # Step 1 was acked, and so was the second response, saved before its tool ran:
+        # a resumed run runs c2 without asking the model again.
+        assert stored is not None and stored.progress.iterations == 2
+        pending = stored.progress.pending
+        assert pending is not None and [c.id for c in pending.remaining] == ["c2"]
         again = await RedisHistory(client, keys, thread).history()
-        assert [m.role for m in again] == ["user", "assistant", "tool"]
-        assert again[-1].content == "ok web-1"
+        assert [m.role for m in again] == ["user", "assistant", "tool", "assistant"]
+        assert again[2].content == "ok web-1"
     finally:
         await client.aclose()
 
