@@ -59,6 +59,7 @@ class AskAgain:
 StopPredicate = Callable[[StopCheck], Awaitable[StopVerdict | AskAgain | None]]
 Checkpoint = Callable[[RunState], Awaitable[None]]
 CheckpointAndFetch = Callable[[RunState], Awaitable[Sequence[Injected]]]
+JobFacts = Callable[[], Awaitable[str | None]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +78,11 @@ class AgentConfig:
     confirm: Confirm | None = None
     condense: Condense | None = None
     condense_at_tokens: int | None = None  # condense before a call once the prompt is this big
+    # The job's facts (request, approvals, writes, limit raises, corrections), rendered
+    # by code from the store. A history that starts with a condensed summary is sent
+    # with them after the summary: read at a run's first request (each resume) and after
+    # each condensing, so the summary is never their only copy.
+    facts: JobFacts | None = None
     recovery: RecoveryPolicy = RecoveryPolicy()
     on_event: EventSink | None = None
     # At the end of every step, with the state. It must make the memory's buffered

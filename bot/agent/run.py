@@ -98,6 +98,8 @@ class _Run:
         # The step that ended the last iteration is not saved yet: the next iteration
         # saves it, with its inject fetch when the store can do both in one round trip.
         self.unsaved = False
+        # The summary a history starts with, and the same summary with the job's facts.
+        self.with_facts: tuple[AnyMessage, UserMessage] | None = None
 
     # -- plumbing -------------------------------------------------------------
 
@@ -369,11 +371,27 @@ class _Run:
         return ModelRequest(
             system=self.config.system_prompt,
             tools=self.specs,
-            messages=await self.config.memory.history(),
+            messages=await self.messages(),
             max_output_tokens=self.config.limits.max_output_tokens,
             stream=self.config.stream,
             time_left=self.deadline_in(),
         )
+
+    async def messages(self) -> Sequence[AnyMessage]:
+        """The history to send: a leading summary followed by the job's facts."""
+        history = await self.config.memory.history()
+        facts = self.config.facts
+        if facts is None or not history:
+            return history
+        summary = history[0]
+        if not isinstance(summary, UserMessage) or not summary.summary:
+            return history
+        if self.with_facts is None or self.with_facts[0] is not summary:
+            # Read once per summary: at this run's first request, and after condensing.
+            text = await facts()
+            content = f"{summary.content}\n\n{text}" if text else summary.content
+            self.with_facts = (summary, summary.model_copy(update={"content": content}))
+        return [self.with_facts[1], *history[1:]]
 
     def reserve(self, messages: Sequence[AnyMessage]) -> int:
         full = 0

@@ -38,6 +38,7 @@ import json
 import logging
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -295,6 +296,19 @@ class Approvals:
         async with translated("approval get"):
             fields = await self._redis.hgetall(self._keys.approval(job_id, call_id))
         return _from_hash({str(k): str(v) for k, v in fields.items()}) if fields else None
+
+    async def of_calls(self, job_id: str, call_ids: Sequence[str]) -> list[ApprovalRecord]:
+        """The approvals of ``call_ids`` that exist, in that order (one round trip)."""
+        if not call_ids:
+            return []
+        async with translated("approval get"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for call_id in call_ids:
+                    pipe.hgetall(self._keys.approval(job_id, call_id))
+                replies = await pipe.execute()
+        return [
+            _from_hash({str(k): str(v) for k, v in fields.items()}) for fields in replies if fields
+        ]
 
     async def claim_card(
         self, job_id: str, call_id: str, *, now: float, stale_after_s: float = CARD_CLAIM_S

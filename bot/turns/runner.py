@@ -69,6 +69,7 @@ from bot.store.trace import TraceRecorder
 from bot.turns import controls
 from bot.turns.context import ThreadContext, context_first
 from bot.turns.controls import Authorize, StopOutcome, Verdict, stopped_by
+from bot.turns.facts import job_facts
 from bot.turns.ports import JobSink, Notifier
 from tools.registry import Catalog
 
@@ -476,6 +477,7 @@ class Turns:
             stop=work_done,  # "stopped calling tools" is not "done" (bot/agent/work_done.py)
             condense=self.condense,
             condense_at_tokens=self.settings.condense_at_tokens,
+            facts=lambda: job_facts(session.record, history.originals, self.approvals, self.ledger),
             on_event=on_event,
             on_checkpoint=session.checkpoint,
             on_checkpoint_and_fetch=lambda state: session.checkpoint_and_fetch(state, inject),

@@ -21,9 +21,11 @@ from bot.agent import (
     Approved,
     AssistantMessage,
     CallContext,
+    CancelToken,
     ConfirmRequest,
     Decision,
     FunctionTool,
+    Injected,
     InMemoryHistory,
     Limits,
     RunState,
@@ -221,3 +223,72 @@ async def test_a_write_that_ran_before_the_crash_is_answered_by_the_ledger_not_r
     write = next(m for m in after.messages if isinstance(m, ToolMessage) and m.tool_call_id == "w1")
     assert write.content == "(already executed; recorded result)\nrestarted nginx on web-03"
     assert write.confirmed_by == "U0123ABC"
+
+
+class SaveAndFetch:
+    """``on_checkpoint_and_fetch``: a log of what was saved with which fetch, and a Stop
+    the save may hear (as the store's script reads the job's cancel flag)."""
+
+    def __init__(self, replies: Sequence[Sequence[Injected]], cancel: CancelToken | None = None):
+        self.replies = [list(r) for r in replies]
+        self.cancel = cancel
+        self.states: list[RunState] = []
+        self.acked: list[str] = []
+
+    async def both(self, state: RunState) -> Sequence[Injected]:
+        self.states.append(state.model_copy(deep=True))
+        if self.cancel is not None:
+            self.cancel.cancel("stopped by <@U9>")
+        return self.replies.pop(0) if self.replies else []
+
+    async def fetch(self) -> Sequence[Injected]:
+        return []
+
+    async def ack(self, items: Sequence[Injected]) -> None:
+        self.acked.extend(i.id for i in items)
+
+
+async def test_the_save_after_the_tools_goes_with_the_next_fetch() -> None:
+    memory = start()
+    saved = Saved(memory)
+    port = SaveAndFetch([[Injected(id="1.2", text="also web-05", author="U2")]])
+    model = ScriptedModel([calls(call("check", "c1", host="web-03")), text("all fine")])
+    hang = Hang()
+    config = make_config(
+        model,
+        tools=[hang.tool()],
+        memory=memory,
+        on_checkpoint=saved,
+        inject=port,
+        on_checkpoint_and_fetch=port.both,
+    )
+    result = await run(config)
+    assert result.stop_reason is StopReason.COMPLETED, result.error
+    # The results of c1 were saved by the combined call, with the batch done...
+    [after_tools] = port.states
+    assert after_tools.tool_executions == 1 and after_tools.pending is None
+    # ...and the reply it fetched reached the model's next request.
+    assert "<@U2>: also web-05" in [m.content for m in model.requests[1].messages]
+    assert port.acked == ["1.2"]
+
+
+async def test_replies_fetched_by_a_save_that_heard_stop_are_not_taken_in() -> None:
+    memory = start()
+    token = CancelToken()
+    port = SaveAndFetch([[Injected(id="1.2", text="also web-05", author="U2")]], cancel=token)
+    model = ScriptedModel([calls(call("check", "c1", host="web-03")), text("unused")])
+    config = make_config(
+        model,
+        tools=[Hang().tool()],
+        memory=memory,
+        on_checkpoint=Saved(memory),
+        inject=port,
+        on_checkpoint_and_fetch=port.both,
+        cancel=token,
+    )
+    result = await run(config)
+    assert result.stop_reason is StopReason.CANCELLED
+    assert len(model.requests) == 1
+    # Not in the history and not acknowledged: the job's end finds it pending.
+    assert port.acked == []
+    assert "also web-05" not in " ".join(str(m.content) for m in memory.messages)
