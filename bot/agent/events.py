@@ -30,6 +30,9 @@ class ModelRequestEnd:
     usage: Usage | None  # None when the request failed
     tool_calls: int = 0
     error: str | None = None
+    # An answer stopped at the output limit: the loop asks the model to continue it, and
+    # the next response is the rest of the same answer.
+    cut_off: bool = False
     kind: Literal["model_request_end"] = "model_request_end"
 
 

@@ -28,7 +28,7 @@ from bot.agent.limits import check_before_request
 from bot.agent.messages import AnyMessage, ModelRequest, ModelResponse, Usage
 from bot.agent.model_failure_recovery import Action
 from bot.agent.ports import Clock, DeltaSink
-from bot.agent.responses import account, normalize
+from bot.agent.responses import account, cut_off, normalize
 from bot.agent.state import PendingApproval, RunState, StopReason
 from bot.agent.stream_repetition import RepetitionDetected, RepetitionDetector
 from bot.errors import ModelError
@@ -182,6 +182,7 @@ async def model_step(self: StepHost) -> ModelResponse | Finish:
                 started,
                 response.usage,
                 calls=len(response.tool_calls),
+                cut=cut_off(response) and not response.tool_calls,
             )
         if response.is_empty:
             if self.config.recovery.on_empty(empty_retries) is Action.RETRY:
@@ -223,6 +224,7 @@ def emit_end(
     *,
     calls: int = 0,
     error: str | None = None,
+    cut: bool = False,
 ) -> None:
     self.emit(
         ModelRequestEnd(
@@ -232,5 +234,6 @@ def emit_end(
             usage=usage,
             tool_calls=calls,
             error=error,
+            cut_off=cut,
         )
     )

@@ -8,7 +8,9 @@ turns the status message into the ending, naming the stop reason code.
 While the model streams, each response's text is shown by an ``AnswerStream``
 (``streaming.py``): a new response (``model_request_start`` of another iteration) stops the
 previous one's and leaves it as it is (a note before tool calls); a note too short to be shown
-goes on the status message instead. When the final answer was being shown, that message
+goes on the status message instead. An answer cut off at the output limit is the exception:
+the response that continues it streams on into the same message (unless a person spoke in
+between), so the cut part never stays in the thread on its own. When the final answer was being shown, that message
 becomes the answer's first part (one urgent ``chat.update``) and any further parts are posted;
 otherwise the answer is posted as new messages. The assistant thread status (best effort)
 says what the job is doing and is cleared at the end.
@@ -133,6 +135,7 @@ class JobProgress:
         self._clock = clock
         self._stream: AnswerStream | None = None  # the current response's
         self.streams: list[AnswerStream] = []  # every response's, in order
+        self._continuing = False  # the current stream's answer was cut off: more is coming
         self._narration: str | None = None
         self.thread_status = ThreadStatus(
             client, record.channel, record.thread_ts, switch=status_switch, clock=clock
@@ -205,6 +208,13 @@ class JobProgress:
                     self._stream.end_response()
                     if event.tool_calls:
                         self._retire_stream()
+                    elif event.cut_off:
+                        self._continuing = True  # the next response goes on with it
+            case "injected":
+                # A person spoke: what the model says next answers them, not the rest of
+                # the cut answer (the core starts a new answer too).
+                self._continuing = False
+                return
             case "approval_requested":
                 assert isinstance(event, ApprovalRequested)
                 self._awaiting = event.approval.tool
@@ -247,6 +257,12 @@ class JobProgress:
         stream = self._stream
         if stream is not None and stream.iteration == iteration:
             stream.restart()  # another attempt at the same response: what it showed is void
+            return
+        if stream is not None and self._continuing:
+            # The rest of an answer cut off at the output limit: the same message shows
+            # it, so the cut part is never left in the thread on its own.
+            self._continuing = False
+            stream.go_on(iteration)
             return
         self._retire_stream()
         self._narration = None

@@ -158,6 +158,13 @@ class AnswerStream:
         self._ended = False
         self.feed("")
 
+    def go_on(self, iteration: int) -> None:
+        """The next response continues this one's text (an answer cut off at the output
+        limit): its deltas are appended to what this stream shows."""
+        self.iteration = iteration
+        self._ended = False
+        self._poke()
+
     def end_response(self) -> None:
         """The response is complete (or failed): no more text, so no late start on time."""
         self._ended = True

@@ -4,12 +4,10 @@
 rendering of the same reply). The bot asks the model to go on, and the thread gets the
 two parts as one answer and a ``Done`` ending, streamed or not.
 
-A cut part long enough to be shown while it streams stays in the thread as a message of
-its own (the status message's narration handles only short ones): the Slack edge retires
-a response's stream when the next response starts, and it cannot tell a continuation
-from a new response (``ModelRequestEnd`` does not carry the finish reason). That case is
-the strict ``xfail`` below, for whoever teaches ``bot/slack/progress.py`` to keep the
-stream of a cut answer open."""
+A cut part long enough to be shown while it streams is not left in the thread as a message
+of its own: ``ModelRequestEnd`` says the answer was cut off, and the Slack edge streams the
+response that continues it on into the same message, which then becomes the whole
+answer."""
 
 from __future__ import annotations
 
@@ -45,9 +43,6 @@ async def test_a_cut_off_answer_is_continued_into_one_whole_answer(
     await one_whole_answer(bot, slack, model, provider=provider, stream=stream, first=FIRST)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a long cut part's streamed message stays (bot/slack/progress.py)"
-)
 async def test_a_long_streamed_cut_part_is_not_left_as_a_message_of_its_own(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel
 ) -> None:

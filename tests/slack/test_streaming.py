@@ -15,6 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.events import (
     Event,
+    InjectedMessages,
     ModelRequestEnd,
     ModelRequestStart,
     RunEnd,
@@ -614,3 +615,43 @@ async def test_refresh_shows_progress_on_an_existing_status_message(
     await budget.drain(CHANNEL, str(old["ts"]))
     assert slack.message(CHANNEL, str(old["ts"])).text.startswith("Working: iteration")
     assert count(slack, "chat.postMessage") == 1
+
+
+def cut(iteration: int, *deltas: str) -> list[Event]:
+    """A response without tool calls that stopped at the output limit."""
+    events = response(iteration, *deltas)
+    end = events[-1]
+    assert isinstance(end, ModelRequestEnd)
+    events[-1] = ModelRequestEnd(iteration, "m", 0.1, end.usage, cut_off=True)
+    return events
+
+
+async def test_the_rest_of_a_cut_off_answer_streams_on_into_the_same_message(
+    slack: FakeSlack, client: AsyncWebClient, budget: UpdateBudget, clock: FakeClock
+) -> None:
+    job = Job(client, budget, clock)
+    await job.start()
+    first, rest = PARAGRAPH * 3 + "and the disk is at 4", "1% with nothing left to do."
+    await job.events(*cut(1, first))
+    await job.events(*response(2, rest))
+    await job.end(result(first + rest))
+
+    held = answers(slack, job.progress.status_ts)
+    assert len(job.progress.streams) == 1
+    assert [unescape(m.text) for m in held] == [first + rest]
+    assert count(slack, "chat.startStream") == 1
+
+
+async def test_a_reply_between_a_cut_answer_and_the_next_response_ends_the_cut_part(
+    slack: FakeSlack, client: AsyncWebClient, budget: UpdateBudget, clock: FakeClock
+) -> None:
+    job = Job(client, budget, clock)
+    await job.start()
+    first = PARAGRAPH * 3 + "and the disk is at 4"
+    await job.events(*cut(1, first), InjectedMessages(ids=("1.2",)))
+    answer = PARAGRAPH * 2 + "About the database: it is fine."
+    await job.events(*response(2, answer))
+    await job.end(result(answer))
+
+    held = answers(slack, job.progress.status_ts)
+    assert [unescape(m.text) for m in held] == [first, answer]  # the person changed the subject
