@@ -36,6 +36,7 @@ from bot.agent import (
 )
 from bot.agent.events import Event
 from bot.agent.testing import ScriptedModel
+from bot.agent.work_done import work_done
 
 DEMO_PROMPT = "web-03 is at 95% CPU, look into it"
 DEMO_SYSTEM = "You are opsloop, an SRE assistant. Investigate before you change anything."
@@ -103,7 +104,7 @@ def _call(call_id: str, name: str, **arguments: object) -> ToolCall:
 
 
 def demo_script(request: ModelRequest) -> ModelResponse:
-    """The demo model: investigate, propose a restart, then report."""
+    """The demo model: investigate, propose a restart, check it, then report."""
     results = [m for m in request.messages if isinstance(m, ToolMessage)]
     by_name = {m.name: m for m in results}
     if not results:
@@ -126,10 +127,16 @@ def demo_script(request: ModelRequest) -> ModelResponse:
             content="The restart was not approved, so nothing changed. web-03 stays at 95% "
             "CPU with nginx workers being killed; next step: raise worker_connections."
         )
+    if results[-1].name == "restart_service":
+        # An approved change is done once a read-only call checked it.
+        return ModelResponse(
+            content="Checking that the restart helped.",
+            tool_calls=(_call("d4", "host_cpu", host="web-03"),),
+        )
     return ModelResponse(
         content="Restarted nginx on web-03 (approved by "
-        f"{outcome.confirmed_by}). CPU should fall within a minute; "
-        "root cause: worker_connections too low for current traffic."
+        f"{outcome.confirmed_by}); CPU is falling. "
+        "Root cause: worker_connections too low for current traffic."
     )
 
 
@@ -184,6 +191,7 @@ async def run_demo(*, approve: bool | None) -> int:
         system_prompt=DEMO_SYSTEM,
         tools=demo_tools(),
         confirm=confirm,
+        stop=work_done,  # as in the bot: a change must be checked before the job is done
         on_event=_print_event,
     )
     result = await run(config)

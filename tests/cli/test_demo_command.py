@@ -53,7 +53,9 @@ def test_approved_restart_runs_and_is_reported(tmp_path: Path) -> None:
     answer = next(line for line in lines if line.startswith("opsloop: "))
     assert answer.startswith("opsloop: Restarted nginx on web-03 (approved by U_DEMO)")
     assert lines.index(answer) > lines.index(WRITE)
-    assert lines[-1] == "[completed: 3 iterations, 3 tool runs]"
+    # The change was checked by a read after it (else the job ends incomplete, as in the bot).
+    assert lines[lines.index(WRITE) + 2 :].count('  → host_cpu({"host": "web-03"})') == 1
+    assert lines[-1] == "[completed: 4 iterations, 4 tool runs]"
 
 
 def test_denied_restart_ends_without_the_write(tmp_path: Path) -> None:
