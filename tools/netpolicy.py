@@ -87,6 +87,12 @@ async def system_resolver(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
+def masked(url: str) -> str:
+    """``url`` with the password of its userinfo replaced by ``***`` (``user:***@host``),
+    also when the text does not parse as a URL (an error message must not echo it)."""
+    return re.sub(r"(//[^/@\s:]*:)[^/@\s]*@", r"\1***@", url)
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """A URL that passed the policy, with the addresses it may be reached at."""
@@ -236,14 +242,14 @@ class AddressPolicy:
         try:
             parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
         except httpx.InvalidURL as exc:
-            raise ToolError(f"bad URL {str(url)!r}: {exc}") from None
+            raise ToolError(f"bad URL {masked(str(url))!r}: {exc}") from None
         if parsed.scheme not in SCHEMES:
             if not parsed.scheme:
-                raise ToolError(f"refused: {str(url)!r} is not an absolute http(s) URL")
+                raise ToolError(f"refused: {masked(str(url))!r} is not an absolute http(s) URL")
             raise ToolError(f"refused: scheme {parsed.scheme!r} is not allowed (http, https)")
         host = parsed.raw_host.decode("ascii")
         if not host:
-            raise ToolError(f"refused: {str(url)!r} has no host")
+            raise ToolError(f"refused: {masked(str(url))!r} has no host")
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         return Target(url=parsed, host=host, port=port, addresses=await self.addresses(host, port))
 

@@ -354,3 +354,16 @@ def test_parse_address_drops_brackets_and_zones() -> None:
     assert str(parse_address("[fe80::1%25eth0]")) == "fe80::1"
     assert str(parse_address("::ffff:10.0.0.1")) == "::ffff:a00:1"
     assert parse_address("api.example.com") is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://ops:hunter2@[::1/status",  # does not parse
+        "http://ops:hunter2@/status",  # no host
+        "//ops:hunter2@/status",  # not absolute
+    ],
+)
+async def test_a_refused_url_never_echoes_its_password(url: str) -> None:
+    said = await refused(policy("0.0.0.0/0"), url)
+    assert "hunter2" not in said and "ops:***@" in said, said

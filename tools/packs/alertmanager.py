@@ -33,6 +33,7 @@ from tools.packs.prometheus import (
     listing,
     parse_time,
     plural,
+    severity_rank,
 )
 
 MAX_ALERTS = 30
@@ -124,9 +125,9 @@ def alertmanager_tools(backend: Backend) -> list[Tool]:
 
     @tool(parallel=True, timeout=TOOL_TIMEOUT_S)
     async def alertmanager_alerts() -> str:
-        """List the alerts Alertmanager holds: active first, then suppressed (silenced or
-        inhibited, with the silence id), each with labels, since when and its summary
-        (at most 30)."""
+        """List the alerts Alertmanager holds: active first (the most severe first), then
+        suppressed (silenced or inhibited, with the silence id), each with labels, since
+        when and its summary (at most 30)."""
         return await api.alerts()
 
     @tool(parallel=True, timeout=TOOL_TIMEOUT_S)
@@ -182,31 +183,10 @@ class Alertmanager:
         return [item for item in body if isinstance(item, dict)]
 
     async def alerts(self) -> str:
-        alerts = await self._list("/api/v2/alerts")
-        if not alerts:
-            return "no alerts"
-        alerts.sort(key=lambda a: (_ALERT_ORDER.get(_state(a), 3), a.get("startsAt", "")))
-        now = datetime.now(UTC)
-        lines = [_alert_line(alert, now) for alert in alerts]
-        active = sum(1 for a in alerts if _state(a) == "active")
-        suppressed = sum(1 for a in alerts if _state(a) == "suppressed")
-        head = f"{plural(len(alerts), 'alert')}: {active} active, {suppressed} suppressed"
-        return listing(head, lines, MAX_ALERTS)
+        return alerts_summary(await self._list("/api/v2/alerts"), datetime.now(UTC))
 
     async def silences(self) -> str:
-        silences = await self._list("/api/v2/silences")
-        current = [s for s in silences if _state(s) in _SILENCE_ORDER]
-        expired = len(silences) - len(current)
-        tail = f" ({expired} expired not shown)" if expired else ""
-        if not current:
-            return f"no active or pending silences{tail}"
-        current.sort(key=lambda s: (_SILENCE_ORDER[_state(s)], s.get("endsAt", "")))
-        now = datetime.now(UTC)
-        lines = [_silence_line(silence, now) for silence in current]
-        pending = sum(1 for s in current if _state(s) == "pending")
-        head = f"{plural(len(current), 'silence')}: {len(current) - pending} active, "
-        head += f"{pending} pending{tail}"
-        return listing(head, lines, MAX_SILENCES)
+        return silences_summary(await self._list("/api/v2/silences"), datetime.now(UTC))
 
     async def create_silence(
         self, matchers: Sequence[Matcher], minutes: int, comment: str, confirmed_by: str
@@ -252,6 +232,43 @@ class Alertmanager:
             return f"silence {silence_id} had already expired{when}; nothing changed ({about})"
         await self.backend.call("DELETE", f"/api/v2/silence/{silence_id}")
         return f"expired silence {silence_id} ({about}); its alerts notify again"
+
+
+def alerts_summary(alerts: Sequence[Mapping[str, Any]], now: datetime) -> str:
+    """``/api/v2/alerts`` as ``alertmanager_alerts`` answers: active first."""
+    if not alerts:
+        return "no alerts"
+    ordered = sorted(
+        alerts,
+        key=lambda a: (
+            _ALERT_ORDER.get(_state(a), 3),
+            severity_rank(a),
+            str(a.get("startsAt", "")),
+        ),
+    )
+    lines = [_alert_line(alert, now) for alert in ordered]
+    counts = {state: sum(1 for a in ordered if _state(a) == state) for state in _ALERT_ORDER}
+    head = f"{plural(len(ordered), 'alert')}: {counts['active']} active, "
+    head += f"{counts['suppressed']} suppressed"
+    if counts["unprocessed"]:
+        head += f", {counts['unprocessed']} unprocessed"
+    return listing(head, lines, MAX_ALERTS)
+
+
+def silences_summary(silences: Sequence[Mapping[str, Any]], now: datetime) -> str:
+    """``/api/v2/silences`` as ``alertmanager_silences`` answers: active ones first,
+    those ending soonest first; expired ones only counted."""
+    current = [s for s in silences if _state(s) in _SILENCE_ORDER]
+    expired = len(silences) - len(current)
+    tail = f" ({expired} expired not shown)" if expired else ""
+    if not current:
+        return f"no active or pending silences{tail}"
+    current.sort(key=lambda s: (_SILENCE_ORDER[_state(s)], str(s.get("endsAt", ""))))
+    lines = [_silence_line(silence, now) for silence in current]
+    pending = sum(1 for s in current if _state(s) == "pending")
+    head = f"{plural(len(current), 'silence')}: {len(current) - pending} active, "
+    head += f"{pending} pending{tail}"
+    return listing(head, lines, MAX_SILENCES)
 
 
 def matchers_text(matchers: Sequence[Mapping[str, Any]]) -> str:

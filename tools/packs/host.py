@@ -16,6 +16,12 @@ Sampling (CPU use, per-process CPU) waits with ``asyncio.sleep``; reading ``/pro
 for every process and ``statvfs`` on every mount run in a worker thread, ``statvfs``
 with a time limit per mount (a hung network filesystem must not hang the call).
 
+What each answer puts first is what an incident needs: a nearly full filesystem (by
+space or inodes) or low memory is named before the table, a process by the name ``top``
+shows beside a command line shortened so its script or main class survives. The texts
+are built by pure functions of what was read (``cpu_summary``, ``memory_summary``,
+``disk_summary``, ``top_summary``), which ``tests/tools/packs/golden`` renders exactly.
+
 This module owns the tools and the text they answer with; the reading lives beside it:
 ``tools.packs.host_proc`` (``/proc``, ``statvfs``, units) and ``tools.packs.host_logs``
 (which log files may be read, and their tails).
@@ -27,6 +33,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -51,6 +58,7 @@ from tools.packs.host_proc import (
     Usage,
     command_line,
     human_bytes,
+    one_line,
     percent,
     read_cpu_times,
     read_meminfo,
@@ -67,6 +75,7 @@ TOP_DEFAULT = 10
 TOP_MAX = 20
 DISK_MAX_MOUNTS = 40
 DISK_WARN_PERCENT = 90
+MEMORY_LOW_PERCENT = 10  # available below this share of the total is flagged
 
 
 # -- host_cpu -----------------------------------------------------------------------
@@ -114,7 +123,11 @@ async def host_cpu_text(sample_s: float = CPU_SAMPLE_S) -> str:
 # -- host_memory --------------------------------------------------------------------
 
 
-def memory_summary(info: dict[str, int]) -> str:
+def memory_summary(
+    info: Mapping[str, int], *, oom_kills: int | None = None, pressure: str | None = None
+) -> str:
+    """``host_memory``'s answer from ``/proc/meminfo`` (bytes), the ``oom_kill`` count of
+    ``/proc/vmstat`` and the text of ``/proc/pressure/memory`` (each when readable)."""
     total = info.get("MemTotal", 0)
     if not total:
         raise ToolError(f"cannot read memory: no MemTotal in {host_proc.PROC}/meminfo")
@@ -122,9 +135,10 @@ def memory_summary(info: dict[str, int]) -> str:
     cache = info.get("Buffers", 0) + info.get("Cached", 0) + info.get("SReclaimable", 0)
     available = info.get("MemAvailable", free + cache)
     used = total - available
+    low = "  <- low" if percent(available, total) < MEMORY_LOW_PERCENT else ""
     lines = [
         f"Memory: {human_bytes(total)} total, {human_bytes(used)} used "
-        f"({percent(used, total):.0f}%), {human_bytes(available)} available",
+        f"({percent(used, total):.0f}%), {human_bytes(available)} available{low}",
         f"  free {human_bytes(free)}, buff/cache {human_bytes(cache)}, "
         f"shared {human_bytes(info.get('Shmem', 0))}, dirty {human_bytes(info.get('Dirty', 0))}",
     ]
@@ -137,7 +151,41 @@ def memory_summary(info: dict[str, int]) -> str:
         )
     else:
         lines.append("Swap: none configured")
+    stalls = _pressure(pressure) if pressure else ""
+    if stalls == "none":
+        lines.append("Memory pressure (PSI): none")
+    elif stalls:
+        lines.append(f"Memory pressure (PSI, time stalled over 10 s/1 min/5 min): {stalls}")
+    if oom_kills:
+        lines.append(f"OOM killer: {oom_kills} processes killed since boot")
     return "\n".join(lines)
+
+
+def _pressure(text: str) -> str:
+    """``none``, or ``some 12.3/8.1/2.0%, full 4.1/2.0/0.5%`` (the 10 s, 1 min and 5 min
+    averages) from ``/proc/pressure/memory``; ``""`` when unreadable."""
+    parts: list[str] = []
+    stalled = False
+    for line in text.splitlines():
+        kind, *fields = line.split() or [""]
+        values = dict(f.split("=", 1) for f in fields if "=" in f)
+        try:
+            averages = [float(values[k]) for k in ("avg10", "avg60", "avg300")]
+        except (KeyError, ValueError):
+            continue
+        stalled = stalled or any(averages)
+        parts.append(f"{kind} {'/'.join(f'{a:.1f}' for a in averages)}%")
+    if not parts:
+        return ""
+    return ", ".join(parts) if stalled else "none"
+
+
+def _oom_kills() -> int | None:
+    for line in read_text(f"{host_proc.PROC}/vmstat").splitlines():
+        name, _, value = line.partition(" ")
+        if name == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
 
 
 async def host_memory_text() -> str:
@@ -145,7 +193,12 @@ async def host_memory_text() -> str:
         info = read_meminfo()
     except OSError as exc:
         raise ToolError(f"cannot read {host_proc.PROC}/meminfo: {exc.strerror or exc}") from None
-    return memory_summary(info)
+    oom_kills = pressure = None
+    with contextlib.suppress(OSError):  # older kernels, containers: not there
+        oom_kills = _oom_kills()
+    with contextlib.suppress(OSError):
+        pressure = read_text(f"{host_proc.PROC}/pressure/memory")
+    return memory_summary(info, oom_kills=oom_kills, pressure=pressure)
 
 
 # -- host_disk ----------------------------------------------------------------------
@@ -168,16 +221,44 @@ async def host_disk_text() -> str:
         elif usage.size > 0 and usage.device not in devices:  # bind mounts: once
             devices.add(usage.device)
             rows.append((mount, usage))
-    if not rows and not problems:
+    return disk_summary(rows, problems)
+
+
+def _inode_percent(usage: Usage) -> float:
+    return percent(usage.inodes_used, usage.inodes) if usage.inodes else 0.0
+
+
+def _full(usage: Usage) -> str:
+    """Why a filesystem is nearly full (space, inodes or both), or ``""``."""
+    reasons = []
+    if usage.percent >= DISK_WARN_PERCENT:
+        reasons.append(f"{usage.percent}% used, {short_bytes(usage.avail)} left")
+    if _inode_percent(usage) >= DISK_WARN_PERCENT:
+        reasons.append(f"inodes {_inode_percent(usage):.0f}% used")
+    return ", ".join(reasons)
+
+
+def disk_summary(rows: Sequence[tuple[Mount, Usage]], unreadable: Sequence[str]) -> str:
+    """``host_disk``'s answer: the nearly full filesystems named first (space or inodes:
+    either makes writes fail), then a row per filesystem; the nearly full ones are never
+    among those cut."""
+    if not rows and not unreadable:
         return "No real filesystems mounted (pseudo filesystems such as tmpfs are not shown)."
-    shown = rows[:DISK_MAX_MOUNTS]
+    full = [(mount, usage) for mount, usage in rows if _full(usage)]
+    room = max(DISK_MAX_MOUNTS - len(full), 0)
+    others = [(mount, usage) for mount, usage in rows if not _full(usage)][:room]
+    shown = sorted([*full, *others], key=lambda row: row[0].point)
+    lines = []
+    if full:
+        named = "; ".join(f"{mount.point} ({_full(usage)})" for mount, usage in full)
+        lines.append(f"Nearly full (>= {DISK_WARN_PERCENT}%): {named}")
     width = max([len("Mount")] + [len(m.point) for m, _ in shown])
-    lines = [
+    lines.append(
         f"{'Mount':<{width}}  {'Size':>6} {'Used':>6} {'Avail':>6} {'Use%':>5} {'Inode%':>6}  FS"
-    ]
+    )
     for mount, usage in shown:
-        inodes = f"{percent(usage.inodes_used, usage.inodes):.0f}%" if usage.inodes else "-"
-        flag = "  <- nearly full" if usage.percent >= DISK_WARN_PERCENT else ""
+        inodes = f"{_inode_percent(usage):.0f}%" if usage.inodes else "-"
+        flag = "  <- nearly full" if _full(usage) else ""
         lines.append(
             f"{mount.point:<{width}}  {short_bytes(usage.size):>6} {short_bytes(usage.used):>6} "
             f"{short_bytes(usage.avail):>6} {usage.percent:>4}% {inodes:>6}  "
@@ -185,7 +266,7 @@ async def host_disk_text() -> str:
         )
     if len(rows) > len(shown):
         lines.append(f"… and {len(rows) - len(shown)} more filesystems")
-    lines.extend(f"Unreadable: {p}" for p in problems)
+    lines.extend(f"Unreadable: {p}" for p in unreadable)
     return "\n".join(lines)
 
 
@@ -198,6 +279,12 @@ class Row:
     cpu: float  # percent of one core, as top shows it
     command: str
     user: str
+
+    @property
+    def name(self) -> str:
+        """What ``top`` and ``ps -o comm`` show: the name a process gives itself
+        (``prctl(PR_SET_NAME)``, ``setproctitle``), which its arguments may not say."""
+        return one_line(self.proc.comm) or "?"
 
 
 def _top_rows(
@@ -229,6 +316,28 @@ def _top_rows(
     ]
 
 
+def top_summary(
+    rows: Sequence[Row], *, processes: int, by: str, seconds: float, total_memory: int
+) -> str:
+    """The table ``host_top_processes`` answers with: a row per process, its name (as
+    ``top`` shows it) beside its command line."""
+    title = "CPU" if by == "cpu" else "memory (RSS)"
+    width = max([len("NAME")] + [len(row.name) for row in rows])
+    lines = [
+        f"Top {len(rows)} of {processes} processes by {title}; CPU sampled over {seconds:.1f} s "
+        "(100% = one core):",
+        f"{'PID':>7} {'USER':<10} {'%CPU':>6} {'%MEM':>5} {'RSS':>6} S {'NAME':<{width}} COMMAND",
+    ]
+    for row in rows:
+        proc = row.proc
+        lines.append(
+            f"{proc.pid:>7} {row.user[:10]:<10} {row.cpu:>6.1f} "
+            f"{percent(proc.rss, total_memory):>5.1f} {short_bytes(proc.rss):>6} "
+            f"{proc.state} {row.name:<{width}} {row.command}"
+        )
+    return "\n".join(lines)
+
+
 async def host_top_processes_text(
     by: str = "cpu", limit: int = TOP_DEFAULT, sample_s: float = CPU_SAMPLE_S
 ) -> str:
@@ -245,20 +354,9 @@ async def host_top_processes_text(
     except OSError as exc:
         raise ToolError(f"cannot read {host_proc.PROC}: {exc.strerror or exc}") from None
     rows = await asyncio.to_thread(_top_rows, before, after, seconds, by, limit)
-    title = "CPU" if by == "cpu" else "memory (RSS)"
-    lines = [
-        f"Top {len(rows)} of {len(after)} processes by {title}; CPU sampled over {seconds:.1f} s "
-        "(100% = one core):",
-        f"{'PID':>7} {'USER':<10} {'%CPU':>6} {'%MEM':>5} {'RSS':>6} S COMMAND",
-    ]
-    for row in rows:
-        proc = row.proc
-        lines.append(
-            f"{proc.pid:>7} {row.user[:10]:<10} {row.cpu:>6.1f} "
-            f"{percent(proc.rss, total_memory):>5.1f} {short_bytes(proc.rss):>6} "
-            f"{proc.state} {row.command}"
-        )
-    return "\n".join(lines)
+    return top_summary(
+        rows, processes=len(after), by=by, seconds=seconds, total_memory=total_memory
+    )
 
 
 # -- the pack -----------------------------------------------------------------------
@@ -276,13 +374,15 @@ def build(config: PackConfig) -> Pack:
 
     @tool(parallel=True)
     async def host_memory() -> str:
-        """Memory of this host: total, used, available, buffers/cache, and swap."""
+        """Memory of this host: total, used, available, buffers/cache, swap, memory
+        pressure (PSI) and OOM kills since boot."""
         return await host_memory_text()
 
     @tool(parallel=True)
     async def host_disk() -> str:
         """Disk space per mounted filesystem of this host: size, used, available, use %
-        and inode use % (pseudo filesystems such as tmpfs and proc are skipped)."""
+        and inode use %, the nearly full ones (space or inodes) named first (pseudo
+        filesystems such as tmpfs and proc are skipped)."""
         return await host_disk_text()
 
     @tool(parallel=True)
@@ -291,7 +391,8 @@ def build(config: PackConfig) -> Pack:
         limit: Annotated[int, Field(ge=1, le=TOP_MAX)] = TOP_DEFAULT,
     ) -> str:
         """The processes of this host using the most CPU (sampled over half a second) or
-        memory (resident set size), with PID, user and command line.
+        memory (resident set size), with PID, user, process name (as top shows it) and
+        command line.
 
         Args:
             by: Rank by ``cpu`` or by ``memory``.

@@ -13,6 +13,7 @@ import asyncio
 import os
 import pwd
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.errors import ToolError
@@ -298,15 +299,66 @@ def one_line(text: str) -> str:
     return _CONTROLS.sub("", _SPACES.sub(" ", _ANSI_ESCAPE.sub("", text))).strip()
 
 
+# The directories of an absolute path inside an argument (``/usr/bin/``, ``=/etc/app/``),
+# not the ``//`` of a URL nor a relative path.
+_PATH_DIRS = re.compile(r"(?<![\w.~/…])/(?:[^/\s:=,]+/)+(?=[^/\s])")
+
+
+def _short_paths(arg: str) -> str:
+    """``/opt/app/releases/42/bin/worker.py`` → ``…/worker.py``, in place in ``arg``."""
+    return _PATH_DIRS.sub("…/", arg)
+
+
+def _gapped(parts: list[str], kept: set[int]) -> str:
+    """``parts`` in order, each run of the ones not kept written as one ``…``."""
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        if i in kept:
+            out.append(part)
+        elif not out or out[-1] != "…":
+            out.append("…")
+    return " ".join(out)
+
+
+def fit_command(argv: Sequence[str], limit: int = COMMAND_CHARS) -> str:
+    """A command line on one line of at most ``limit`` characters that still says what
+    runs. Cutting from the right would leave ``/usr/bin/python3.11 /opt/app/rel…``, so
+    first the directories of paths go (the program's first, then the longest
+    arguments'), then whole arguments from the middle: the program, the first argument
+    that is no option (the script, main class or subcommand) and the last one stay
+    longest. Only a single argument too long for the line is cut at its end."""
+    parts = [one_line(arg) for arg in argv]
+    parts = [part for part in parts if part]
+    if len(" ".join(parts)) <= limit:
+        return " ".join(parts)
+    for i in [0, *sorted(range(1, len(parts)), key=lambda i: -len(parts[i]))]:
+        parts[i] = _short_paths(parts[i])
+        if len(" ".join(parts)) <= limit:
+            return " ".join(parts)
+    first_operand = next((i for i in range(1, len(parts)) if not parts[i].startswith("-")), None)
+    wanted = [0, first_operand, len(parts) - 1, *range(1, len(parts))]
+    kept: set[int] = set()
+    for i in wanted:
+        if i is not None and i not in kept and len(_gapped(parts, kept | {i})) <= limit:
+            kept.add(i)
+    if 0 not in kept:
+        kept = set()  # the program alone is too long: cut it at its end
+    elif first_operand is not None and first_operand not in kept:
+        kept = {0, first_operand}  # too long to fit whole: it says the most, so it is cut
+    text = _gapped(parts, kept) if kept else " ".join(parts)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def command_line(pid: int, comm: str) -> str:
+    """The process's arguments as :func:`fit_command` shows them; ``[comm]`` for a
+    kernel thread (it has none)."""
     try:
         with open(f"{PROC}/{pid}/cmdline", "rb") as f:
             raw = f.read(4096)
     except OSError:
         raw = b""
-    text = one_line(raw.replace(b"\0", b" ").decode("utf-8", errors="replace"))
-    text = text or f"[{one_line(comm)}]"  # kernel threads have no command line
-    return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 1] + "…"
+    argv = raw.decode("utf-8", errors="replace").split("\0")
+    return fit_command(argv) or f"[{one_line(comm)}]"
 
 
 _users: dict[int, str] = {}

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from urllib.parse import quote
 
 import httpx
 
@@ -42,6 +43,7 @@ from tools.base import tool
 from tools.http import REDIRECT_STATUSES, PolicyClient, decode_body
 from tools.netpolicy import AddressPolicy, Target, parse_address
 from tools.packs import Pack, PackConfig
+from tools.packs.host_proc import human_bytes
 
 CHECK_TOTAL_S = 10.0
 CHECK_CONNECT_S = 5.0
@@ -202,8 +204,14 @@ def _status(status: int, reason: str) -> str:
     return f"HTTP {status} {reason}".rstrip()
 
 
+def _size(n: int) -> str:
+    """``27 bytes``, ``1.0 MiB``."""
+    return f"{n} bytes" if n < 1024 else human_bytes(n)
+
+
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms"
+    """``12 ms``, and from a second on ``4.5 s``: a slow answer should read as slow."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
 def _failure(exc: Exception, url: httpx.URL, connect_s: float, total_s: float) -> ToolError:
@@ -219,11 +227,31 @@ def _failure(exc: Exception, url: httpx.URL, connect_s: float, total_s: float) -
     return ToolError(f"GET {url} failed ({type(exc).__name__}): {detail}")
 
 
+def _password_hider(url: str) -> Callable[[str], str]:
+    """A function writing ``***`` for the password of ``url`` wherever a text holds it
+    (as given, or percent-encoded as httpx writes URLs back)."""
+    try:
+        password = httpx.URL(url.strip()).password
+    except (httpx.InvalidURL, TypeError, ValueError):
+        password = ""
+    if not password:
+        return lambda text: text
+    forms = sorted({password, quote(password, safe=""), quote(password, safe="!$&'()*+,;=")})
+
+    def hide(text: str) -> str:
+        for form in forms:
+            text = text.replace(f":{form}@", ":***@")
+        return text
+
+    return hide
+
+
 class HttpChecker(PolicyClient):
     """``http_check``'s work: one client under ``policy``, closed by ``aclose`` (a given
     one too).
 
-    ``client``: for tests (default ``make_client(policy)``, verifying certificates).
+    ``client``: for tests (default ``make_client(policy)``, verifying certificates);
+    ``clock`` (certificate expiry) and ``timer`` (latencies) likewise.
     """
 
     def __init__(
@@ -235,25 +263,31 @@ class HttpChecker(PolicyClient):
         connect_s: float = CHECK_CONNECT_S,
         max_redirects: int = MAX_REDIRECTS,
         clock: Clock = _utc_now,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         super().__init__(policy, client, close_given=True)
         self.total_s = total_s
         self.connect_s = min(connect_s, total_s)
         self.max_redirects = max_redirects
         self._clock = clock
+        self._timer = timer  # what latencies are measured with (tests pass a fake)
 
     async def check(self, url: str) -> str:
-        """The report on ``url``; ``ToolError`` when no answer could be had."""
+        """The report on ``url``; ``ToolError`` when no answer could be had. A password
+        in the URL is sent (basic auth) but never shown."""
+        hide = _password_hider(url)
         try:
             async with asyncio.timeout(self.total_s):
-                return await self._check(url.strip())
+                return hide(await self._check(url.strip()))
         except TimeoutError:
-            raise ToolError(f"timed out after {self.total_s:g}s: GET {url}") from None
+            raise ToolError(hide(f"timed out after {self.total_s:g}s: GET {url}")) from None
+        except ToolError as exc:
+            raise ToolError(hide(str(exc))) from None
 
     async def _check(self, url: str) -> str:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.total_s
-        started = time.perf_counter()
+        started = self._timer()
         hops: list[Hop] = []
         current: str | httpx.URL = url
         while True:
@@ -269,7 +303,7 @@ class HttpChecker(PolicyClient):
                 target.url,
                 timeout=httpx.Timeout(remaining, connect=min(self.connect_s, remaining)),
             )
-            sent = time.perf_counter()
+            sent = self._timer()
             try:
                 response = await self.client.send(request, stream=True)
             except httpx.ConnectError as exc:
@@ -280,7 +314,7 @@ class HttpChecker(PolicyClient):
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 raise _failure(exc, target.url, self.connect_s, self.total_s) from None
             try:
-                latency = time.perf_counter() - sent
+                latency = self._timer() - sent
                 location = response.headers.get("location")
                 if response.status_code in REDIRECT_STATUSES and location:
                     hops.append(Hop(response.status_code, response.reason_phrase, location))
@@ -316,9 +350,9 @@ class HttpChecker(PolicyClient):
         media = (response.headers.get("content-type") or "no content type").split(";")[0]
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit():
-            length = f"{int(declared)} bytes"
+            length = _size(int(declared))
         else:
-            length = f"{len(body)}+ bytes" if cut else f"{len(body)} bytes"
+            length = f"at least {_size(len(body))}" if cut else _size(len(body))
         if not body:
             return f"Body: {media}, empty"
         if b"\0" in body[:1024]:
@@ -344,9 +378,11 @@ class HttpChecker(PolicyClient):
         status = _status(response.status_code, response.reason_phrase)
         first = f"GET {url} → {status} in {_ms(latency)}"
         if hops:
-            total = time.perf_counter() - started
+            total = self._timer() - started
             first += f" (after {len(hops)} redirect{'s' if len(hops) > 1 else ''}, "
             first += f"{_ms(total)} in all; final URL {target.url})"
+        if response.status_code >= 400 and (retry := response.headers.get("retry-after")):
+            first += f"; Retry-After: {' '.join(retry.split())[:60]}"
         lines = [first, *self._redirect_lines(hops)]
         if target.url.scheme == "https":
             lines.append(self._verified_certificate(response))
@@ -355,7 +391,7 @@ class HttpChecker(PolicyClient):
 
     def _redirect_report(self, url: str, hops: list[Hop], started: float, note: str) -> str:
         last = hops[-1]
-        total = time.perf_counter() - started
+        total = self._timer() - started
         lines = [
             f"GET {url} → {_status(last.status, last.reason)} ({len(hops)} "
             f"redirect{'s' if len(hops) > 1 else ''} received in {_ms(total)}); {note}",

@@ -8,8 +8,11 @@ series, a range query as min/avg/max/first/last per series.
 
 ``Backend`` is the one HTTP client of a pack (connect timeout 3 s, at most 10 s and 16 MB
 per request, closed through ``Pack.closers``) and the one place where transport and
-HTTP failures become ``ToolError`` messages. It and the small formatting helpers are
-shared with the ``alertmanager`` pack.
+HTTP failures become ``ToolError`` messages (a refused password named as such, never
+shown). It and the small formatting helpers are shared with the ``alertmanager`` pack.
+The summaries are pure functions of the API's answer (``query_summary``,
+``range_summary``, ``alerts_summary``, ``targets_summary``), so recorded answers can be
+rendered exactly (``tests/tools/packs/golden``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ ERROR_CHARS = 500  # of an error the backend reports
 MAX_SERIES = 20
 MAX_ALERTS = 30
 MAX_DOWN_TARGETS = 20
+MAX_LISTED_TARGETS = 30  # up to this many, every target is named
+MAX_JOBS = 40
 MAX_RANGE_MINUTES = 7 * 24 * 60
 AUTO_POINTS = 240  # the default step aims at about this many points...
 MIN_AUTO_STEP_S = 15  # ...but no finer than a usual scrape interval
@@ -104,14 +109,16 @@ def prometheus_tools(backend: Backend) -> list[Tool]:
 
     @tool(parallel=True, timeout=TOOL_TIMEOUT_S)
     async def prometheus_alerts() -> str:
-        """List the alerts Prometheus's rules have firing or pending, firing first, with
-        labels, since when, and each one's summary annotation (at most 30)."""
+        """List the alerts Prometheus's rules have firing or pending, firing first and
+        the most severe first, with labels, since when, and each one's summary annotation
+        (at most 30)."""
         return await prometheus.alerts()
 
     @tool(parallel=True, timeout=TOOL_TIMEOUT_S)
     async def prometheus_targets() -> str:
-        """Scrape target health: up/down counts per job, and every down target with its
-        last scrape error (at most 20)."""
+        """Scrape targets by job and instance with their health, the ones not up first
+        with their last scrape error; when there are more than 30, the up/down counts
+        per job and only the targets not up (at most 20)."""
         return await prometheus.targets()
 
     return [prometheus_query, prometheus_query_range, prometheus_alerts, prometheus_targets]
@@ -136,23 +143,7 @@ class Prometheus:
 
     async def query(self, query: str) -> str:
         data, warnings = await self._data("/api/v1/query", {"query": query})
-        kind = data.get("resultType")
-        result: Any = data.get("result") or []
-        if kind == "scalar":
-            text = f"scalar {number(result[1])} at {iso(float(result[0]))}"
-        elif kind == "string":
-            text = f"string {json.dumps(clip(str(result[1])))} at {iso(float(result[0]))}"
-        elif kind == "vector":
-            at = f" at {iso(float(result[0]['value'][0]))}" if result else ""
-            head = f"vector, {plural(len(result), 'series')}{at}"
-            text = _series_listing(head, result, _sample)
-        elif kind == "matrix":
-            text = _series_listing(f"matrix, {plural(len(result), 'series')}", result, _summary)
-        else:
-            raise ToolError(f"prometheus answered an unknown result type {kind!r}")
-        if kind in ("vector", "matrix") and not result:
-            text += " (no data: check the metric name and label filters)"
-        return "\n".join([text, *warnings])
+        return "\n".join([query_summary(query, data), *warnings])
 
     async def query_range(self, query: str, minutes: int, step: float | str | None) -> str:
         window = minutes * 60
@@ -168,82 +159,161 @@ class Prometheus:
         params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}"}
         params["step"] = f"{chosen:g}"
         data, warnings = await self._data("/api/v1/query_range", params)
-        result = data.get("result") or []
-        head = (
-            f"{plural(len(result), 'series')} over the last {duration(window)}, "
-            f"step {duration(chosen)}{note}"
-        )
-        if not result:
-            head += " (no data: check the metric name, label filters and the window)"
-        text = _series_listing(head, result, _summary)
+        text = range_summary(query, data.get("result") or [], window=window, step=chosen, note=note)
         return "\n".join([text, *warnings])
 
     async def alerts(self) -> str:
         data, _ = await self._data("/api/v1/alerts")
-        alerts = [a for a in data.get("alerts") or () if a.get("state") in ("firing", "pending")]
-        if not alerts:
-            return "no alerts firing or pending"
-        alerts.sort(key=lambda a: (a.get("state") != "firing", a.get("activeAt", "")))
-        firing = sum(1 for a in alerts if a.get("state") == "firing")
-        now = datetime.now(UTC)
-        lines = []
-        for alert in alerts:
-            labels = dict(alert.get("labels") or {})
-            name = labels.pop("alertname", "?")
-            line = f"{alert['state']} {name}{labels_text(labels)}"
-            if since := parse_time(alert.get("activeAt")):
-                line += f" since {iso(since.timestamp())} ({ago(since, now)})"
-            if alert.get("value") is not None:
-                line += f" value {number(alert['value'])}"
-            if text := annotation(alert.get("annotations")):
-                line += f": {text}"
-            lines.append(line)
-        head = f"{plural(len(alerts), 'alert')}: {firing} firing, {len(alerts) - firing} pending"
-        return listing(head, lines, MAX_ALERTS)
+        return alerts_summary(data.get("alerts") or [], datetime.now(UTC))
 
     async def targets(self) -> str:
         data, _ = await self._data("/api/v1/targets", {"state": "active"})
-        targets = data.get("activeTargets") or []
-        if not targets:
-            return "no active scrape targets"
-        jobs: dict[str, list[int]] = {}
-        health = {"up": 0, "down": 0, "unknown": 0}
-        down = []
-        for target in targets:
-            state = target.get("health", "unknown")
-            state = state if state in health else "unknown"
-            health[state] += 1
-            job = str(target.get("scrapePool") or (target.get("labels") or {}).get("job", "?"))
-            counts = jobs.setdefault(job, [0, 0])
-            counts[0] += state == "up"
-            counts[1] += 1
-            if state == "down":
-                down.append(target)
-        head = (
-            f"{plural(len(targets), 'active target')}: {health['up']} up, "
-            f"{health['down']} down, {health['unknown']} unknown"
-        )
-        per_job = ", ".join(f"{job} {up}/{total} up" for job, (up, total) in sorted(jobs.items()))
-        lines = []
-        now = datetime.now(UTC)
-        for target in down:
-            labels = target.get("labels") or {}
-            where = labels.get("instance") or target.get("scrapeUrl", "?")
-            line = f"{labels.get('job', target.get('scrapePool', '?'))} {where}"
-            if (last := parse_time(target.get("lastScrape"))) and last.year > 1:
-                line += f" (last scrape {ago(last, now)})"
-            lines.append(f"{line}: {clip(target.get('lastError') or 'no error reported')}")
-        text = f"{head}\nby job: {per_job}"
-        if lines:
-            text += "\n" + listing("down:", lines, MAX_DOWN_TARGETS)
-        return text
+        return targets_summary(data.get("activeTargets") or [], datetime.now(UTC))
+
+
+def query_summary(query: str, data: Mapping[str, Any]) -> str:
+    """An instant query's ``data`` as ``prometheus_query`` answers it."""
+    kind = data.get("resultType")
+    result: Any = data.get("result") or []
+    if kind == "scalar":
+        return f"scalar {number(result[1])} at {iso(float(result[0]))}"
+    if kind == "string":
+        return f"string {json.dumps(clip(str(result[1])))} at {iso(float(result[0]))}"
+    if kind == "vector":
+        at = f" at {iso(float(result[0]['value'][0]))}" if result else ""
+        head = f"vector, {plural(len(result), 'series')}{at}"
+        text = _series_listing(head, result, _sample, _by_value if _unordered(query) else None)
+    elif kind == "matrix":
+        rank = _by_max if _unordered(query) else None
+        text = _series_listing(f"matrix, {plural(len(result), 'series')}", result, _summary, rank)
+    else:
+        raise ToolError(f"prometheus answered an unknown result type {kind!r}")
+    if not result:
+        text += " (no data: check the metric name and label filters)"
+    return text
+
+
+def range_summary(
+    query: str, result: Sequence[Mapping[str, Any]], *, window: float, step: float, note: str = ""
+) -> str:
+    """A range query's ``result`` as ``prometheus_query_range`` answers it."""
+    head = f"{plural(len(result), 'series')} over the last {duration(window)}, "
+    head += f"step {duration(step)}{note}"
+    if not result:
+        head += " (no data: check the metric name, label filters and the window)"
+    return _series_listing(head, result, _summary, _by_max if _unordered(query) else None)
+
+
+def alerts_summary(alerts: Sequence[Mapping[str, Any]], now: datetime) -> str:
+    """``/api/v1/alerts``' alerts as ``prometheus_alerts`` answers: firing first."""
+    current = [a for a in alerts if a.get("state") in ("firing", "pending")]
+    if not current:
+        return "no alerts firing or pending"
+    current.sort(
+        key=lambda a: (a.get("state") != "firing", severity_rank(a), str(a.get("activeAt", "")))
+    )
+    firing = sum(1 for a in current if a.get("state") == "firing")
+    lines = []
+    for alert in current:
+        labels = dict(alert.get("labels") or {})
+        name = labels.pop("alertname", "?")
+        line = f"{alert['state']} {name}{labels_text(labels)}"
+        if since := parse_time(alert.get("activeAt")):
+            line += f" since {iso(since.timestamp())} ({ago(since, now)})"
+        if alert.get("value") is not None:
+            line += f" value {number(alert['value'])}"
+        if text := annotation(alert.get("annotations")):
+            line += f": {text}"
+        lines.append(line)
+    head = f"{plural(len(current), 'alert')}: {firing} firing, {len(current) - firing} pending"
+    return listing(head, lines, MAX_ALERTS)
+
+
+# The usual ``severity`` label values, most urgent first; an alert without one (or with
+# another value) ranks as a warning, and ``none`` (Watchdog, the dead man's switch) last.
+_SEVERITY_RANK = {
+    **dict.fromkeys(("critical", "page", "emergency"), 0),
+    **dict.fromkeys(("high", "error", "major"), 1),
+    **dict.fromkeys(("warning", "warn", "medium", "ticket"), 2),
+    **dict.fromkeys(("minor", "low", "info"), 3),
+    "none": 4,
+}
+
+
+def severity_rank(alert: Mapping[str, Any]) -> int:
+    """Where an alert's ``severity`` label puts it: 0 for critical/page … 4 for none."""
+    severity = str((alert.get("labels") or {}).get("severity", "")).lower()
+    return _SEVERITY_RANK.get(severity, 2)
+
+
+def targets_summary(targets: Sequence[Mapping[str, Any]], now: datetime) -> str:
+    """What Prometheus scrapes and how that goes. Up to ``MAX_LISTED_TARGETS`` targets:
+    each one by job and instance with its health, the unhealthy first with their last
+    scrape error. More: the counts per job and only the unhealthy ones."""
+    if not targets:
+        return "no active scrape targets"
+    health = {"up": 0, "down": 0, "unknown": 0}
+    jobs: dict[str, list[int]] = {}
+    rows: list[tuple[str, str, str, Mapping[str, Any]]] = []
+    for target in targets:
+        state = str(target.get("health") or "unknown")
+        state = state if state in health else "unknown"
+        health[state] += 1
+        labels = target.get("labels") or {}
+        job = str(labels.get("job") or target.get("scrapePool") or "?")
+        instance = str(labels.get("instance") or target.get("scrapeUrl") or "?")
+        counts = jobs.setdefault(job, [0, 0])
+        counts[0] += state == "up"
+        counts[1] += 1
+        rows.append((state, job, instance, target))
+    rows.sort(key=lambda row: (_HEALTH_ORDER[row[0]], row[1], row[2]))
+    states = ", ".join(f"{n} {state}" for state, n in health.items() if n or state == "up")
+    head = f"{plural(len(targets), 'active target')} in {plural(len(jobs), 'job')}: {states}"
+    state_width = max(len(state) for state, _, _, _ in rows)
+    job_width = max(len(job) for _, job, _, _ in rows)
+
+    def line(state: str, job: str, instance: str, target: Mapping[str, Any]) -> str:
+        text = f"{state:<{state_width}}  {job:<{job_width}}  {instance}"
+        if state == "up":
+            return text
+        if (last := parse_time(target.get("lastScrape"))) and last.year > 1:
+            text += f" (last scrape {ago(last, now)})"
+        else:
+            text += " (never scraped yet)"
+        error = str(target.get("lastError") or "")
+        return f"{text}: {clip(error)}" if error else text
+
+    if len(rows) <= MAX_LISTED_TARGETS:
+        return "\n".join([head, *(line(*row) for row in rows)])
+    per_job = [f"{job} {up}/{total} up" for job, (up, total) in sorted(jobs.items())]
+    shown_jobs = ", ".join(per_job[:MAX_JOBS])
+    if len(per_job) > MAX_JOBS:
+        shown_jobs += f", … {len(per_job) - MAX_JOBS} more jobs"
+    unhealthy = [line(*row) for row in rows if row[0] != "up"]
+    text = f"{head}\nby job: {shown_jobs}"
+    if unhealthy:
+        text += "\n" + listing("not up:", unhealthy, MAX_DOWN_TARGETS)
+    else:
+        text += "\nevery target is up"
+    return text
+
+
+_HEALTH_ORDER = {"down": 0, "unknown": 1, "up": 2}
 
 
 def _series_listing(
-    head: str, result: Sequence[Mapping[str, Any]], line: Callable[[str, Mapping[str, Any]], str]
+    head: str,
+    result: Sequence[Mapping[str, Any]],
+    line: Callable[[str, Mapping[str, Any]], str],
+    rank: Callable[[Mapping[str, Any]], float] | None = None,
 ) -> str:
     """A line per series (at most ``MAX_SERIES``); labels every series shares are said
-    once in the head (``; all match name{job="node"}``) and left out of the lines."""
+    once in the head (``; all match name{job="node"}``) and left out of the lines. When
+    there are more than can be shown and ``rank`` is given, the largest are the ones
+    shown, largest first: an arbitrary 20 of 300 series would hide the point."""
+    if rank is not None and len(result) > MAX_SERIES:
+        result = sorted(result, key=lambda series: _descending(rank(series)))
+        head += f"; the {MAX_SERIES} largest shown"
     metrics = [dict(series.get("metric") or {}) for series in result]
     common: dict[str, str] = {}
     if len(metrics) > 1:
@@ -256,6 +326,30 @@ def _series_listing(
         for metric, series in zip(metrics, result, strict=True)
     ]
     return listing(head, lines, MAX_SERIES)
+
+
+# A query whose outermost call orders or picks its series: its order is the answer's.
+_ORDERED = re.compile(r"^\s*(sort|sort_desc|sort_by_label|sort_by_label_desc|topk|bottomk)\s*\(")
+
+
+def _unordered(query: str) -> bool:
+    return _ORDERED.match(query) is None
+
+
+def _descending(value: float) -> tuple[bool, float]:
+    return (math.isnan(value), -value if not math.isnan(value) else 0.0)
+
+
+def _by_value(series: Mapping[str, Any]) -> float:
+    try:
+        return float(series["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return math.nan
+
+
+def _by_max(series: Mapping[str, Any]) -> float:
+    real = [float(v) for _, v in series.get("values") or () if not math.isnan(float(v))]
+    return max(real) if real else math.nan
 
 
 def _sample(name: str, series: Mapping[str, Any]) -> str:
@@ -276,7 +370,8 @@ def _summary(name: str, series: Mapping[str, Any]) -> str:
         f"min {number(min(real))} avg {number(sum(real) / len(real))} max {number(max(real))} "
         f"first {number(points[0])} last {number(points[-1])}"
     )
-    return f"{name}: {stats} ({plural(len(points), 'point')})"
+    gaps = f", {len(points) - len(real)} NaN" if len(real) < len(points) else ""
+    return f"{name}: {stats} ({plural(len(points), 'point')}{gaps})"
 
 
 def listing(head: str, lines: Sequence[str], limit: int) -> str:
@@ -310,6 +405,8 @@ class Backend:
     ) -> None:
         base = _base_url(url, variable)
         self.kind = kind
+        self.variable = variable
+        self.has_credentials = bool(base.username or base.password)
         shown = base.copy_with(username=base.username, password="***") if base.password else base
         self.shown = str(shown).rstrip("/")  # what errors name; never the password
         self.total_timeout = total_timeout
@@ -382,6 +479,16 @@ class Backend:
             return (
                 f"{self.kind} at {self.shown} redirects {path} to {clip(where)} "
                 f"(HTTP {status}); point the URL at the server itself"
+            )
+        if status in (401, 403):
+            if self.has_credentials:
+                return (
+                    f"{self.kind} at {self.shown} refused the credentials in {self.variable} "
+                    f"(HTTP {status})"
+                )
+            return (
+                f"{self.kind} at {self.shown} asks for credentials (HTTP {status}); give them "
+                f"in {self.variable} as http(s)://user:password@host"
             )
         text = body.decode("utf-8", "replace")
         detail, error_type = " ".join(text.split()), ""

@@ -5,7 +5,9 @@ the path is empty or ``/``), ``http://user:pass@host:9001/RPC2`` for an
 ``[inet_http_server]`` with a username, or ``unix:///var/run/supervisor.sock`` for an
 ``[unix_http_server]`` socket (``unix://user:pass@/path`` with credentials).
 
-    supervisor_status(name?)   read-only    every program, or one program or group
+    supervisor_status(name?)   read-only    every program, or one program or group; a
+                                            failing one (BACKOFF, FATAL, unexpected exit)
+                                            with its last log lines
     supervisor_restart(name)   mutating     stop (if running) and start; old/new pid
     supervisor_stop(name)      destructive  the dry run says what would stop
 
@@ -24,7 +26,9 @@ faults) and ``tools.packs.supervisor_procs`` (processes, what a ``name`` means, 
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
@@ -53,6 +57,10 @@ from tools.packs.supervisor_rpc import (
 
 LOG_TAIL_BYTES = 1200
 MAX_LINES = 200  # status lines before "… N more"
+MAX_LOG_TAILS = 5  # failing processes whose last log lines supervisor_status shows
+STATUS_LOG_LINES = 3
+STATUS_TAILS_S = 3.0  # for all those log tails together
+LOG_LINE_CHARS = 200
 
 NAME_RE = r"^[^\s:]+(:[^\s:]+)?$"  # 'web', 'group:process', 'group:*'
 
@@ -92,10 +100,20 @@ class Supervisor:
             chosen = problems_first(procs)
         else:
             chosen = list(resolve(procs, name).members)
-        lines = [summary(chosen), *status_lines(chosen[:MAX_LINES])]
-        if len(chosen) > MAX_LINES:
-            lines.append(f"… {len(chosen) - MAX_LINES} more")
-        return "\n".join(lines)
+        # "Exited too quickly (process log may have details)": the details are the point.
+        failing = [p for p in chosen if p.failing][:MAX_LOG_TAILS]
+        try:  # a supervisord slow to read its logs must not cost the states
+            async with asyncio.timeout(STATUS_TAILS_S):
+                tails = await asyncio.gather(*(self._status_tail(p.spec) for p in failing))
+        except TimeoutError:
+            tails = [[] for _ in failing]
+        return status_text(chosen, dict(zip((p.spec for p in failing), tails, strict=True)))
+
+    async def _status_tail(self, spec: str) -> list[str]:
+        try:
+            return last_lines(await self._log_tail(spec), STATUS_LOG_LINES)
+        except ToolError:
+            return []  # best effort: the state is the answer
 
     async def restart(self, name: str) -> str:
         before = resolve(await self.processes(), name)
@@ -233,6 +251,31 @@ class Supervisor:
         return ""
 
 
+def status_text(procs: Sequence[Proc], tails: Mapping[str, Sequence[str]]) -> str:
+    """``supervisor_status``'s answer: a summary, then a line per process (problems
+    first, as ``procs`` come), each failing one followed by its last log lines."""
+    lines = [summary(procs)]
+    shown = procs[:MAX_LINES]
+    for proc, line in zip(shown, status_lines(shown), strict=True):
+        lines.append(line)
+        lines.extend(f"    log: {text}" for text in tails.get(proc.spec, ()))
+    if len(procs) > MAX_LINES:
+        lines.append(f"… {len(procs) - MAX_LINES} more")
+    return "\n".join(lines)
+
+
+def last_lines(tail: str, count: int) -> list[str]:
+    """The last ``count`` lines of a log tail that hold words, each on one line and
+    bounded."""
+    found = [" ".join(line.split()) for line in tail.splitlines()]
+    # Python's tracebacks underline the failing expression with ~~~^^^: no words there.
+    found = [line for line in found if line.strip("~^ ")]
+    return [
+        line if len(line) <= LOG_LINE_CHARS else line[: LOG_LINE_CHARS - 1] + "…"
+        for line in found[-count:]
+    ]
+
+
 def _pid(proc: Proc) -> str:
     return str(proc.pid) if proc.pid else "none"
 
@@ -263,7 +306,8 @@ def make_tools(client: SupervisorClient) -> Pack:
 
     @tool(category="read_only", parallel=True, timeout=STATUS_TIMEOUT_S + 10)
     async def supervisor_status(name: ProgramName | None = None) -> str:
-        """State of supervisord's programs: state, pid, uptime, exit status if exited.
+        """State of supervisord's programs: state, pid, uptime, exit status if exited;
+        problems first, and for a program that keeps failing its last log lines.
 
         Args:
             name: One program or group (e.g. 'web', 'workers'); omit for every program.

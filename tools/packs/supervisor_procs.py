@@ -59,6 +59,16 @@ class Proc:
     def running(self) -> bool:
         return self.state in RUNNING_STATES
 
+    @property
+    def unexpected_exit(self) -> bool:
+        return self.state == "EXITED" and self.spawnerr.startswith("Bad exit code")
+
+    @property
+    def failing(self) -> bool:
+        """Crash-looping (BACKOFF), given up on (FATAL) or exited with a code not in
+        ``exitcodes``: its log says why."""
+        return self.state in ("BACKOFF", "FATAL") or self.unexpected_exit
+
     def detail(self) -> str:
         """State details: pid and uptime, exit status, spawn error."""
         parts: list[str] = []
@@ -166,5 +176,6 @@ def _state_order(item: tuple[str, int]) -> tuple[int, str]:
 
 
 def problems_first(procs: Sequence[Proc]) -> list[Proc]:
-    """``procs`` with every process not RUNNING first, each part by label."""
-    return sorted(procs, key=lambda p: (p.state == "RUNNING", p.label))
+    """``procs`` with the failing ones first (BACKOFF, FATAL, an unexpected exit), then
+    the others not RUNNING, then the RUNNING ones; each part by label."""
+    return sorted(procs, key=lambda p: (not p.failing, p.state == "RUNNING", p.label))

@@ -10,6 +10,8 @@ error). Usable without pytest (the benchmark imports it), plus module-scoped fix
   ``AlwaysPending`` (the same with ``for: 1h``). ``start`` returns once every target has
   been scraped and the alert fires, so tests never wait on the clock.
 * ``AlertmanagerServer``: clustering off, one receiver that sends nothing.
+* ``basic_auth_server``: a stand-in for either behind a reverse proxy's basic auth, and
+  ``silent_server``: a port that accepts connections and never answers.
 
 ``stop`` sends SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``, and waits: nothing is left
 running.
@@ -17,17 +19,20 @@ running.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Self
 
 import httpx
 import pytest
+from aiohttp import web
 
 START_TIMEOUT_S = 20.0
 DATA_TIMEOUT_S = 20.0  # first scrape of every target and first rule evaluation
@@ -283,6 +288,44 @@ class AlertmanagerServer:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+@contextlib.asynccontextmanager
+async def basic_auth_server(
+    user: str, password: str, answers: dict[str, Any]
+) -> AsyncIterator[str]:
+    """A loopback HTTP server behind basic auth, as a reverse proxy in front of
+    Prometheus or Alertmanager puts it: HTTP 401 without ``user:password``, else the JSON
+    of ``answers[path]``. Yields its base URL (no credentials)."""
+    wanted = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    async def handle(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != wanted:
+            return web.Response(
+                status=401, text="Unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="ops"'}
+            )
+        if request.path not in answers:
+            return web.Response(status=404, text="404 page not found\n")
+        return web.json_response(answers[request.path])
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A port that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield int(listener.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

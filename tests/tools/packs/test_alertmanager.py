@@ -19,13 +19,16 @@ from pydantic import ValidationError
 
 from bot.agent.tools import CallContext, Tool, needs_confirm, tool_spec
 from bot.errors import ConfigError, ToolError
-from tests.tools.packs.backends import (  # noqa: F401  (alertmanager_server is a fixture)
+from tests.tools.packs.backends import (  # noqa: F401  (alertmanager_server, silent_server: fixtures)
     AlertmanagerServer,
     alertmanager_server,
+    basic_auth_server,
     free_port,
+    silent_server,
 )
 from tools.packs import PackConfig, load_packs
-from tools.packs.alertmanager import build
+from tools.packs.alertmanager import alertmanager_tools, build
+from tools.packs.prometheus import Backend
 
 APPROVER = "U0APPROVER"
 APPROVED = CallContext(job_id="C1:1.1:j1", call_id="call-1", confirmed_by=APPROVER)
@@ -169,7 +172,7 @@ async def test_posted_alerts_are_listed(
         }
     )
     out = await run(pack, "alertmanager_alerts")
-    assert re.match(r"\d+ alerts?: \d+ active, \d+ suppressed\n", out), out
+    assert re.match(r"\d+ alerts?: \d+ active, \d+ suppressed(, \d+ unprocessed)?\n", out), out
     line = next(line for line in out.splitlines() if name in line)
     assert re.fullmatch(
         rf'active {name}\{{instance="web-03",severity="page"\}} since \S+Z '
@@ -315,4 +318,35 @@ async def test_alertmanager_down_is_a_clear_error() -> None:
             await close()
     assert str(caught.value) == (
         f"alertmanager at http://127.0.0.1:{port} is unreachable: connection refused"
+    )
+
+
+async def test_alertmanager_that_never_answers_times_out(silent_server: int) -> None:  # noqa: F811
+    url = f"http://127.0.0.1:{silent_server}"
+    backend = Backend("alertmanager", url, variable="ALERTMANAGER_URL", total_timeout=0.3)
+    tools = {tool.name: tool for tool in alertmanager_tools(backend)}
+    try:
+        with pytest.raises(ToolError) as caught:
+            await run(tools, "alertmanager_alerts")
+    finally:
+        await backend.aclose()
+    assert str(caught.value) == f"alertmanager at {url} timed out after 0.3s"
+
+
+async def test_alertmanager_refusing_the_password_says_so_without_it() -> None:
+    silences: list[object] = []
+    async with basic_auth_server("ops", "right-pw", {"/api/v2/silences": silences}) as url:
+        wrong = build(PackConfig(alertmanager_url=url.replace("http://", "http://ops:wrong-pw@")))
+        good = build(PackConfig(alertmanager_url=url.replace("http://", "http://ops:right-pw@")))
+        try:
+            with pytest.raises(ToolError) as caught:
+                await run({t.name: t for t in wrong.tools}, "alertmanager_silences")
+            good_tools = {t.name: t for t in good.tools}
+            assert await run(good_tools, "alertmanager_silences") == "no active or pending silences"
+        finally:
+            for close in (*wrong.closers, *good.closers):
+                await close()
+    assert str(caught.value) == (
+        f"alertmanager at {url.replace('http://', 'http://ops:***@')} refused the credentials "
+        "in ALERTMANAGER_URL (HTTP 401)"
     )

@@ -98,6 +98,9 @@ def make_app(server: Server) -> web.Application:
     async def empty(request: web.Request) -> web.Response:
         return web.Response(status=204)
 
+    async def busy(request: web.Request) -> web.Response:
+        return web.Response(status=503, headers={"Retry-After": "120"}, text="overloaded")
+
     app = web.Application(middlewares=[record])
     for path, handler in {
         "/ok": ok,
@@ -111,6 +114,7 @@ def make_app(server: Server) -> web.Application:
         "/chunked": chunked,
         "/binary": binary,
         "/empty": empty,
+        "/busy": busy,
     }.items():
         app.router.add_get(path, handler)
     return app
@@ -182,10 +186,10 @@ async def test_a_500_is_a_result_not_an_error(server: Server, checker: HttpCheck
 async def test_bodies_are_summarised_within_bounds(server: Server, checker: HttpChecker) -> None:
     big = await checker.check(server.base + "/big")
     body = big.splitlines()[1]
-    assert body == "Body: text/plain, 1048576 bytes: " + "a" * SNIPPET_CHARS + "…"
+    assert body == "Body: text/plain, 1.0 MiB: " + "a" * SNIPPET_CHARS + "…"
     assert len(big) < 400
     chunked = await checker.check(server.base + "/chunked")
-    assert re.match(r"Body: text/plain, \d{4,5}\+ bytes: word word", chunked.splitlines()[1])
+    assert re.match(r"Body: text/plain, at least \d+\.\d KiB: word word", chunked.splitlines()[1])
     binary = await checker.check(server.base + "/binary")
     assert binary.splitlines()[1] == "Body: application/octet-stream, 30 bytes (binary)"
     empty = await checker.check(server.base + "/empty")
@@ -272,6 +276,27 @@ async def test_nothing_listening_is_a_clear_error(checker: HttpChecker) -> None:
     port = free_port()
     with pytest.raises(ToolError, match=f"^cannot connect to 127.0.0.1:{port}: "):
         await checker.check(f"http://127.0.0.1:{port}/")
+
+
+async def test_a_password_in_the_url_is_sent_but_never_shown(
+    server: Server, checker: HttpChecker
+) -> None:
+    report = await checker.check(f"http://ops:s3cr%40t@127.0.0.1:{server.port}/redirect")
+    assert "s3cr" not in report, report
+    assert report.startswith(f"GET http://ops:***@127.0.0.1:{server.port}/redirect → "), report
+    assert f"final URL http://ops:***@127.0.0.1:{server.port}/ok)" in report, report
+    port = free_port()
+    with pytest.raises(ToolError) as caught:
+        await checker.check(f"http://ops:s3cr%40t@127.0.0.1:{port}/")
+    assert "s3cr" not in str(caught.value)
+
+
+async def test_a_503_gives_its_retry_after_and_slow_answers_read_in_seconds(
+    server: Server, checker: HttpChecker
+) -> None:
+    report = await checker.check(server.base + "/busy")
+    assert re.match(r"GET \S+ → HTTP 503 Service Unavailable in \d+ ms; Retry-After: 120\n", report)
+    assert http_pack._ms(4.512) == "4.5 s" and http_pack._ms(0.0421) == "42 ms"
 
 
 # -- TLS ----------------------------------------------------------------------------

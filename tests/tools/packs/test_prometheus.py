@@ -8,8 +8,8 @@ Tools run through ``execute`` with validated arguments, as the agent core calls 
 from __future__ import annotations
 
 import re
-import socket
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,13 +17,22 @@ from pydantic import ValidationError
 
 from bot.agent.tools import CallContext, Tool, tool_spec
 from bot.errors import ConfigError, ToolError
-from tests.tools.packs.backends import (  # noqa: F401  (prometheus_stack is a fixture)
+from tests.tools.packs.backends import (  # noqa: F401  (prometheus_stack, silent_server: fixtures)
     PrometheusStack,
+    basic_auth_server,
     free_port,
     prometheus_stack,
+    silent_server,
 )
 from tools.packs import Pack, PackConfig, load_packs
-from tools.packs.prometheus import Backend, build, parse_step, prometheus_tools
+from tools.packs.prometheus import (
+    MAX_LISTED_TARGETS,
+    Backend,
+    build,
+    parse_step,
+    prometheus_tools,
+    targets_summary,
+)
 
 CTX = CallContext(job_id="C1:1.1:j1", call_id="call-1")
 NUMBER = r"(?:-?[0-9.e+-]+|NaN|[+-]Inf)"
@@ -137,10 +146,23 @@ async def test_labels_all_series_share_are_said_once(
 async def test_query_of_many_series_is_bounded(pack: dict[str, Tool]) -> None:
     out = await run(pack, "prometheus_query", query='{__name__=~".+"}')
     lines = out.splitlines()
-    total = int(re.fullmatch(r"vector, (\d+) series at \S+", lines[0]).group(1))  # type: ignore[union-attr]
+    head = re.fullmatch(r"vector, (\d+) series at \S+; the 20 largest shown", lines[0])
+    assert head, lines[0]
+    total = int(head.group(1))
     assert total > 100
     assert len(lines) == 1 + 20 + 1
     assert lines[-1] == f"… {total - 20} more"
+    values = [float(line.rsplit(" ", 1)[1]) for line in lines[1:-1]]
+    assert values == sorted(values, reverse=True), out
+
+
+async def test_a_sorted_query_keeps_its_order(pack: dict[str, Tool]) -> None:
+    out = await run(pack, "prometheus_query", query='sort({__name__=~"node_.+"})')
+    lines = out.splitlines()
+    head = re.match(r"vector, (\d+) series at \S+; all match \{instance=", lines[0])
+    assert head and int(head.group(1)) > 20 and "largest" not in lines[0], lines[0]
+    values = [float(line.rsplit(" ", 1)[1]) for line in lines[1:-1]]
+    assert values == sorted(values), out
 
 
 async def test_query_scalar_string_and_empty_results(pack: dict[str, Tool]) -> None:
@@ -286,19 +308,42 @@ async def test_alerts_lists_firing_then_pending(pack: dict[str, Tool]) -> None:
     )
 
 
-async def test_targets_counts_health_and_explains_the_down_one(
+async def test_targets_names_every_target_by_job_and_instance_down_first(
     pack: dict[str, Tool],
     prometheus_stack: PrometheusStack,  # noqa: F811
 ) -> None:
     out = await run(pack, "prometheus_targets")
     lines = out.splitlines()
-    assert lines[0] == "3 active targets: 2 up, 1 down, 0 unknown"
-    assert lines[1] == "by job: dead 0/1 up, node 1/1 up, prometheus 1/1 up"
-    assert lines[2] == "down:"
-    dead = f"127.0.0.1:{prometheus_stack.dead_port}"
+    assert lines[0] == "3 active targets in 3 jobs: 2 up, 1 down"
+    node, prom, dead = (
+        f"127.0.0.1:{port}"
+        for port in (prometheus_stack.node_port, prometheus_stack.port, prometheus_stack.dead_port)
+    )
     last = r"\(last scrape (\S+ ago|just now)\)"
-    assert re.fullmatch(rf"dead {dead} {last}: .*connection refused", lines[3]), lines[3]
-    assert len(lines) == 4
+    assert re.fullmatch(rf"down  dead        {dead} {last}: .*connection refused", lines[1]), out
+    assert lines[2:] == [f"up    node        {node}", f"up    prometheus  {prom}"], out
+
+
+@pytest.mark.parametrize("count", [MAX_LISTED_TARGETS, MAX_LISTED_TARGETS + 1])
+def test_targets_are_named_while_few_and_counted_when_many(count: int) -> None:
+    now = datetime(2026, 12, 1, 16, 20, tzinfo=UTC)
+    targets = [
+        {
+            "labels": {"job": "node", "instance": f"10.0.0.{i}:9100"},
+            "health": "down" if i == 7 else "up",
+            "lastScrape": "2026-12-01T16:19:50Z",
+            "lastError": "i/o timeout",
+        }
+        for i in range(count)
+    ]
+    lines = targets_summary(targets, now).splitlines()
+    assert lines[0] == f"{count} active targets in 1 job: {count - 1} up, 1 down"
+    down = "down  node  10.0.0.7:9100 (last scrape 10s ago): i/o timeout"
+    if count <= MAX_LISTED_TARGETS:
+        assert lines[1] == down and len(lines) == 1 + count
+        assert lines[2] == "up    node  10.0.0.0:9100"
+    else:
+        assert lines[1:] == [f"by job: node {count - 1}/{count} up", "not up:", down]
 
 
 # ---- the backend unreachable, slow, or not Prometheus -----------------------------------
@@ -317,7 +362,7 @@ async def test_backend_down_is_a_clear_error() -> None:
     )
 
 
-async def test_backend_that_never_answers_times_out(silent_server: int) -> None:
+async def test_backend_that_never_answers_times_out(silent_server: int) -> None:  # noqa: F811
     tools, backend = await tools_at(f"http://127.0.0.1:{silent_server}", total_timeout=0.3)
     try:
         with pytest.raises(ToolError) as caught:
@@ -364,10 +409,28 @@ async def test_an_oversized_answer_is_refused(prometheus_stack: PrometheusStack)
         await backend.aclose()
 
 
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A port that accepts connections (the kernel's backlog) and never answers."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(8)
-        yield int(listener.getsockname()[1])
+@pytest.mark.parametrize("given", ["", "ops:wrong-pw@"])
+async def test_refused_credentials_are_named_and_never_shown(given: str) -> None:
+    answer = {"status": "success", "data": {"resultType": "vector", "result": []}}
+    async with basic_auth_server("ops", "right-pw", {"/api/v1/query": answer}) as url:
+        tools, backend = await tools_at(url.replace("http://", f"http://{given}"))
+        good, good_backend = await tools_at(url.replace("http://", "http://ops:right-pw@"))
+        try:
+            with pytest.raises(ToolError) as caught:
+                await run(tools, "prometheus_query", query="up")
+            assert (await run(good, "prometheus_query", query="up")).startswith("vector, 0 series")
+        finally:
+            await backend.aclose()
+            await good_backend.aclose()
+    message = str(caught.value)
+    assert "wrong-pw" not in message and "right-pw" not in message
+    if given:
+        assert message == (
+            f"prometheus at {url.replace('http://', 'http://ops:***@')} refused the "
+            "credentials in PROMETHEUS_URL (HTTP 401)"
+        )
+    else:
+        assert message == (
+            f"prometheus at {url} asks for credentials (HTTP 401); give them in "
+            "PROMETHEUS_URL as http(s)://user:password@host"
+        )

@@ -229,6 +229,37 @@ async def test_status_with_or_without_the_rpc2_path(sup: ManagedSupervisor, suff
             await close()
 
 
+async def test_status_shows_why_a_crash_looping_program_fails(tmp_path: Path) -> None:
+    crashy = Program(
+        "crashy",
+        script="import os\nprint('worker starting', flush=True)\nos.environ['DATABASE_URL']\n",
+        # Restarted once after exiting "too quickly", then given up on: FATAL.
+        options={"autorestart": "true", "startsecs": "3", "startretries": "1"},
+        settles_as="FATAL",
+    )
+    with ManagedSupervisor(tmp_path / "loop", (Program("web"), crashy)) as sup:
+        built = build(PackConfig(supervisor_url=sup.url))
+        try:
+            every = await call(built, "supervisor_status")
+            one = await call(built, "supervisor_status", name="crashy")
+        finally:
+            for close in built.closers:
+                await close()
+    lines = every.splitlines()
+    assert lines[0] == "2 programs: 1 FATAL, 1 RUNNING"
+    assert lines[1] == "crashy  FATAL    Exited too quickly (process log may have details)"
+    # Its stderr says why, right under it; the RUNNING program comes last.
+    assert lines[2] == "    log: os.environ['DATABASE_URL']", every
+    assert lines[3].startswith('    log: File "<frozen os>", line '), every
+    assert lines[4] == "    log: KeyError: 'DATABASE_URL'", every
+    assert lines[5].startswith("web     RUNNING  pid ") and len(lines) == 6, every
+    assert one.splitlines() == [
+        "1 program: 1 FATAL",
+        "crashy  FATAL  Exited too quickly (process log may have details)",
+        *lines[2:5],
+    ]
+
+
 # -- restart --------------------------------------------------------------------------
 
 
