@@ -22,7 +22,7 @@ from bot.agent.tools import Tool
 from bot.errors import ConfigError, ToolError
 from tools.base import tool
 from tools.packs import Pack, PackConfig
-from tools.packs.prometheus import (
+from tools.packs.backend import (
     TOOL_TIMEOUT_S,
     Backend,
     ago,
@@ -33,8 +33,8 @@ from tools.packs.prometheus import (
     listing,
     parse_time,
     plural,
-    severity_rank,
 )
+from tools.packs.prometheus import severity_rank
 
 MAX_ALERTS = 30
 MAX_SILENCES = 30
