@@ -4,9 +4,10 @@ STAMP := .opsloop/setup.stamp
 
 .PHONY: setup run test lint bench clean
 
-$(STAMP): pyproject.toml scripts/system-deps scripts/mcp-test-servers
+$(STAMP): pyproject.toml scripts/system-deps scripts/mcp-test-servers scripts/debian-kubectl
 	scripts/system-deps
 	scripts/mcp-test-servers
+	scripts/debian-kubectl
 	$(PYTHON) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	@mkdir -p $(dir $(STAMP)) && touch $(STAMP)
 
@@ -35,6 +36,8 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_host_http.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_prometheus.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_supervisor.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_kubernetes.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_postgres.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/takeover.py
 
 clean:

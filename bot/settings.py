@@ -7,6 +7,7 @@ becomes a ``ConfigError`` naming it (the CLI prints that one line and exits).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
@@ -14,6 +15,9 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
+
+# ``password=…`` in a libpq keyword DSN or a URL's query string.
+_DSN_PASSWORD = re.compile(r"(^|[\s&])password=('[^']*'|[^\s&]+)")
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -100,13 +104,42 @@ class ToolSettings(BaseSettings):
     prometheus_url: str | None = Field(None, alias="PROMETHEUS_URL")
     alertmanager_url: str | None = Field(None, alias="ALERTMANAGER_URL")
     supervisor_url: str | None = Field(None, alias="SUPERVISOR_URL")
+    k8s_context: str | None = Field(None, alias="OPSLOOP_K8S_CONTEXT")
+    k8s_namespaces: str = Field("", alias="OPSLOOP_K8S_NAMESPACES")
+    postgres_url: str | None = Field(None, alias="POSTGRES_URL")
 
     @field_validator(
-        "tools_file", "prometheus_url", "alertmanager_url", "supervisor_url", mode="before"
+        "tools_file",
+        "prometheus_url",
+        "alertmanager_url",
+        "supervisor_url",
+        "k8s_context",
+        "postgres_url",
+        mode="before",
     )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
+
+    def secret_values(self) -> list[str]:
+        """The passwords in the packs' backend URLs and POSTGRES_URL (URL or keyword form)."""
+        found: list[str] = []
+        for url in (self.prometheus_url, self.alertmanager_url, self.supervisor_url):
+            if url and (password := urlsplit(url).password):
+                found.append(password)
+        if self.postgres_url:
+            dsn = self.postgres_url
+            if "://" in dsn:
+                try:
+                    password = urlsplit(dsn).password
+                except ValueError:
+                    password = None
+                if password:
+                    found.append(unquote(password))
+                    found.append(password)
+            query = dsn.split("?", 1)[-1]
+            found += [unquote(m.group(2).strip("'")) for m in _DSN_PASSWORD.finditer(query)]
+        return [v for v in found if v]
 
     @property
     def pack_names(self) -> list[str]:

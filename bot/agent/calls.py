@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -54,6 +55,7 @@ from bot.errors import ToolError
 log = logging.getLogger(__name__)
 
 MAX_ARGUMENT_CHARS = 100_000
+PREVIEW_TIMEOUT_S = 3.0  # a preview that asks its backend (Previewable)
 APPROVER = "<approver>"  # ``confirmed_by`` in a preview, before anyone approved
 MAX_ERROR_DETAILS = 10
 PROGRESS_SCAN_CHARS = 1000  # of a progress message, read before it is cut to one line
@@ -273,7 +275,7 @@ class CallRunner:
                     args_hash=digest,
                     reason=reason,
                     dry_run_output=dry_run_output,
-                    preview=self._preview(tool, model, call),
+                    preview=await self._preview(tool, model, call),
                 )
             )
         match decision:
@@ -300,14 +302,24 @@ class CallRunner:
                     return self._refused(call, "Error: declined: approval without an approver")
                 return await self._ledgered(tool, model, call, canonical, digest, who)
 
-    def _preview(self, tool: Tool, model: BaseModel, call: ToolCall) -> str | None:
-        """What the call will run, as its tool tells it (``confirmed_by`` not known yet)."""
+    async def _preview(self, tool: Tool, model: BaseModel, call: ToolCall) -> str | None:
+        """What the call will run, as its tool tells it (``confirmed_by`` not known yet);
+        one that asks its backend is bounded by ``PREVIEW_TIMEOUT_S`` and the deadline."""
         if not isinstance(tool, Previewable):
             return None
         ctx = CallContext(job_id=self._config.job_id, call_id=call.id, confirmed_by=APPROVER)
         try:
-            return tool.preview(model, ctx)
-        except Exception:  # a preview is a courtesy: the card goes out without it
+            got = tool.preview(model, ctx)
+            if inspect.isawaitable(got):
+                got = await guarded(
+                    got,
+                    clock=self._config.clock,
+                    deadline_in=self._deadline_in(),
+                    time_limit=PREVIEW_TIMEOUT_S,
+                    cancel=self._config.cancel,
+                )
+            return got
+        except Exception:  # a preview is a courtesy: the card goes out without it (Aborted too)
             log.warning("tool %s: no preview", tool.name, exc_info=True)
             return None
 

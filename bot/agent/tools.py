@@ -76,9 +76,12 @@ def has_dry_run(tool: Tool) -> bool:
 @runtime_checkable
 class Previewable(Protocol):
     """A tool that can say exactly what a call will do before it runs (a command tool's
-    argv, an http tool's request), for the person asked to approve it."""
+    argv, an http tool's request), for the person asked to approve it. A preview that
+    must ask its backend (a replica count now → the new one) returns an awaitable; the
+    core bounds it (``calls.PREVIEW_TIMEOUT_S``) and sends the card without it if it
+    fails or is late."""
 
-    def preview(self, args: BaseModel, ctx: CallContext) -> str | None: ...
+    def preview(self, args: BaseModel, ctx: CallContext) -> str | None | Awaitable[str | None]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,7 @@ ever printed.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import sys
@@ -57,6 +58,7 @@ REQUIRED: dict[Mode, tuple[str, ...]] = {
 }
 REDIS_TIMEOUT_S = 2.0
 HTTP_TIMEOUT_S = 5.0  # Slack, each model endpoint, each pack backend
+PROBE_TIMEOUT_S = 10.0  # a pack's own probe (it bounds its own requests more tightly)
 ANTHROPIC_LIST_LIMIT = 1000  # the API's largest page: one request sees every model
 BODY_CHARS = 160  # of a backend's answer quoted in a FAIL line
 APP_HINT = "xapp-: Socket Mode needs an app-level token with connections:write"
@@ -346,7 +348,25 @@ def pack_checks(tools: ToolSettings) -> list[Awaitable[list[Verdict]]]:
             probes.append(check_ready(pack, config.alertmanager_url))
         elif pack == "supervisor" and config.supervisor_url:
             probes.append(check_supervisor(config.supervisor_url))
+        elif pack == "kubernetes" or (pack == "postgres" and config.postgres_url):
+            probes.append(check_pack_probe(pack, config))
     return probes
+
+
+async def check_pack_probe(pack: str, config: PackConfig) -> list[Verdict]:
+    """A pack's own read-only probe (``probe(config)`` in its module), bounded here too."""
+    name = f"pack {pack}"
+    try:
+        module = importlib.import_module(f"tools.packs.{pack}")
+        level, detail = await asyncio.wait_for(module.probe(config), PROBE_TIMEOUT_S)
+    except ModuleNotFoundError as exc:
+        return [fail(name, f"its client library is not installed ({exc.name})")]
+    except TimeoutError:
+        return [fail(name, f"no answer within {PROBE_TIMEOUT_S:g}s")]
+    except Exception as exc:  # the probe says what it can; anything else is a FAIL line
+        return [fail(name, f"{type(exc).__name__}: {exc}")]
+    verdict = {"ok": ok, "warn": warn}.get(level, fail)
+    return [verdict(name, detail)]
 
 
 async def run(config: Config, emit: Callable[[str], None]) -> int:
@@ -423,9 +443,7 @@ def main(*, mode: Mode = "serve") -> int:
         print(f"opsloop: {exc}", file=sys.stderr)
         return 2
     # The last net, as for the bot's logs: its secrets by value (and the packs' passwords).
-    pack_urls = (tools.prometheus_url, tools.alertmanager_url, tools.supervisor_url)
-    secrets = [*bot.secret_values(), *llm.secret_values()]
-    secrets += [urlsplit(url).password or "" for url in pack_urls if url]
+    secrets = [*bot.secret_values(), *llm.secret_values(), *tools.secret_values()]
     logs.configure(secrets=secrets, level=logging.WARNING)
     scrub = Scrubber(secrets)
 

@@ -22,7 +22,7 @@ def main(*, socket: bool) -> int:
     logs.configure()
     try:
         bot, llm, tools = load_bot_settings(), load_llm_settings(), load_tool_settings()
-        logs.configure(secrets=[*bot.secret_values(), *llm.secret_values()])
+        logs.configure(secrets=[*bot.secret_values(), *llm.secret_values(), *tools.secret_values()])
         (socket_mode if socket else serve)(bot, llm, tools)
     except ConfigError as exc:
         print(f"opsloop: {exc}", file=sys.stderr)

@@ -10,9 +10,10 @@ While the model streams, each response's text is shown by an ``AnswerStream``
 previous one's and leaves it as it is (a note before tool calls); a note too short to be shown
 goes on the status message instead. An answer cut off at the output limit is the exception:
 the response that continues it streams on into the same message (unless a person spoke in
-between), so the cut part never stays in the thread on its own. When the final answer was being shown, that message
-becomes the answer's first part (one urgent ``chat.update``) and any further parts are posted;
-otherwise the answer is posted as new messages. The assistant thread status (best effort)
+between), so the cut part never stays in the thread on its own. When the final answer
+was being shown, that message becomes the answer's first part (one urgent
+``chat.update``) and any further parts are posted; otherwise the answer is posted as new
+messages. The assistant thread status (best effort)
 says what the job is doing and is cleared at the end.
 """
 

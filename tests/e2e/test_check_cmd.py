@@ -14,12 +14,16 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from bot.agent.redact import REDACTED
+from bot.emulator.kube_api import FakeKube
+from bot.emulator.postgres_server import PASSWORDS, PgCluster
 from bot.emulator.redis_server import ManagedRedis, free_port
 from bot.emulator.slack import FakeSlack
 from tests.tools.packs.backends import (  # noqa: F401  (alertmanager_server is a fixture)
     AlertmanagerServer,
     alertmanager_server,
 )
+from tests.tools.packs.kube_backend import kube_fixture  # noqa: F401  (the ``kube`` fixture)
+from tests.tools.packs.postgres_backend import pg_cluster  # noqa: F401  (a fixture)
 from tests.tools.packs.supervisor_backend import ManagedSupervisor
 
 from .approvals_kit import tools_yml
@@ -132,6 +136,38 @@ async def test_everything_answers_so_every_check_passes(
         ("/v1/models", f"Bearer {LLM_API_KEY}")
     ]
     checked.shows_no(BOT_TOKEN, LLM_API_KEY, SIGNING_SECRET, SUPERVISOR_PASSWORD)
+
+
+async def test_the_kubernetes_and_postgres_packs_are_probed_read_only(
+    slack: FakeSlack,
+    redis_server: ManagedRedis,
+    model: ScriptedModel,
+    kube: FakeKube,
+    pg_cluster: PgCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    kubeconfig = kube.kubeconfig(tmp_path / "kube" / "config")
+    checked = await opsloop_check(
+        environment(
+            slack,
+            redis_server,
+            model,
+            OPSLOOP_PACKS="kubernetes,postgres",
+            KUBECONFIG=str(kubeconfig),
+            OPSLOOP_K8S_NAMESPACES="web,payments",
+            POSTGRES_URL=pg_cluster.url(),
+        ),
+        cwd=tmp_path,
+    )
+    assert checked.line("pack kubernetes") == (
+        f"ok    pack kubernetes: context kind-prod, {kube.url}: server v1.29.4, "
+        "namespaces web,payments"
+    )
+    assert checked.line("pack postgres").startswith("ok    pack postgres: "), checked.out
+    assert "PostgreSQL 15" in checked.line("pack postgres")
+    assert checked.line("tools") == "ok    tools: 14 tools (kubernetes: 7, postgres: 7)"
+    assert not kube.received("PATCH") and not kube.received("DELETE")
+    checked.shows_no(BOT_TOKEN, LLM_API_KEY, SIGNING_SECRET, PASSWORDS["opsloop_ro"])
 
 
 async def test_a_redis_that_never_answers_is_a_failed_check_not_a_hang(

@@ -21,7 +21,15 @@ from typing import Protocol
 from bot.agent.tools import Tool
 from bot.errors import ConfigError
 
-PACK_NAMES = ("host", "http", "prometheus", "alertmanager", "supervisor")
+PACK_NAMES = (
+    "host",
+    "http",
+    "prometheus",
+    "alertmanager",
+    "supervisor",
+    "kubernetes",
+    "postgres",
+)
 # Every pack's tool names (DESIGN's packs table), known without building the packs, so
 # ``opsloop tools check`` accepts a tools.yml that names them in allowlists.
 PACK_TOOLS: Mapping[str, tuple[str, ...]] = {
@@ -40,6 +48,31 @@ PACK_TOOLS: Mapping[str, tuple[str, ...]] = {
         "alertmanager_expire_silence",
     ),
     "supervisor": ("supervisor_status", "supervisor_restart", "supervisor_stop"),
+    "kubernetes": (
+        "k8s_get",
+        "k8s_describe",
+        "k8s_logs",
+        "k8s_events",
+        "k8s_rollout_restart",
+        "k8s_scale",
+        "k8s_delete_pod",
+    ),
+    "postgres": (
+        "pg_activity",
+        "pg_locks",
+        "pg_replication",
+        "pg_database_stats",
+        "pg_top_queries",
+        "pg_cancel_backend",
+        "pg_terminate_backend",
+    ),
+}
+
+
+# Packs whose client library is an optional extra: pack → (extra, top-level module).
+PACK_EXTRAS: Mapping[str, tuple[str, str]] = {
+    "kubernetes": ("kubernetes", "kubernetes_asyncio"),
+    "postgres": ("postgres", "asyncpg"),
 }
 
 
@@ -52,6 +85,9 @@ class PackConfig:
     prometheus_url: str | None = None  # PROMETHEUS_URL
     alertmanager_url: str | None = None  # ALERTMANAGER_URL
     supervisor_url: str | None = None  # SUPERVISOR_URL
+    k8s_context: str | None = None  # OPSLOOP_K8S_CONTEXT: the kubeconfig context to use
+    k8s_namespaces: tuple[str, ...] = ()  # OPSLOOP_K8S_NAMESPACES; empty: every namespace
+    postgres_url: str | None = None  # POSTGRES_URL
 
     @classmethod
     def from_settings(cls, settings: PackSettings) -> PackConfig:
@@ -63,6 +99,11 @@ class PackConfig:
             prometheus_url=settings.prometheus_url,
             alertmanager_url=settings.alertmanager_url,
             supervisor_url=settings.supervisor_url,
+            k8s_context=settings.k8s_context,
+            k8s_namespaces=tuple(
+                n.strip() for n in settings.k8s_namespaces.split(",") if n.strip()
+            ),
+            postgres_url=settings.postgres_url,
         )
 
 
@@ -79,6 +120,12 @@ class PackSettings(Protocol):
     def alertmanager_url(self) -> str | None: ...
     @property
     def supervisor_url(self) -> str | None: ...
+    @property
+    def k8s_context(self) -> str | None: ...
+    @property
+    def k8s_namespaces(self) -> str: ...
+    @property
+    def postgres_url(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +141,15 @@ def load_packs(names: Sequence[str], config: PackConfig) -> Mapping[str, Pack]:
         if name not in PACK_NAMES:
             known = ", ".join(PACK_NAMES)
             raise ConfigError(f"OPSLOOP_PACKS: unknown pack {name!r} (known: {known})")
-        module = importlib.import_module(f"{__name__}.{name}")
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            extra = PACK_EXTRAS.get(name)
+            if extra is None or exc.name is None or not exc.name.startswith(extra[1]):
+                raise
+            needs = f"the {name} pack needs {extra[1]}"
+            raise ConfigError(
+                f"OPSLOOP_PACKS: {needs}: pip install 'opsloop[{extra[0]}]'"
+            ) from None
         packs[name] = module.build(config)
     return packs

@@ -15,6 +15,7 @@ def test_every_pack_builds_exactly_the_tools_it_declares(tmp_path: Path) -> None
         prometheus_url="http://127.0.0.1:9",
         alertmanager_url="http://127.0.0.1:9",
         supervisor_url="http://127.0.0.1:9",
+        postgres_url="postgresql://u@127.0.0.1:9/x",
     )
     assert set(PACK_TOOLS) == set(PACK_NAMES)
     for name, pack in load_packs(list(PACK_NAMES), config).items():
