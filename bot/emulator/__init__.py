@@ -10,6 +10,12 @@
   ``scripted`` what a script is made of (``Reply``, ``Fault``, ``ScriptedRequest``) and what
   both renderings share, so neither imports the other.
 - ``redis_server``: a ``redis-server`` child process on a free loopback port.
+- ``postgres_server``: a real PostgreSQL 15 primary and its streaming standby, for the
+  postgres pack's tests and benchmark.
+- ``kube_api``: a Kubernetes API server (TLS, tokens, client certificates) for the calls
+  the kubernetes pack and the real ``kubectl`` make; ``kube_wire`` what it speaks
+  (selectors, patches, Table printing, OpenAPI, TLS material); ``kube_fixtures`` the
+  incident cluster it serves, as data.
 
 Who imports this package: ``bot/dev`` (the dev mode, and so ``opsloop dev``), tests and
 benchmarks. No product layer does (agent, llm, store, tools, turns, slack, the service's
