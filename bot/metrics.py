@@ -1,7 +1,8 @@
 """The process's Prometheus metrics, served on ``GET /metrics``.
 
 ``Metrics`` holds two registries. ``registry``: what this process did — jobs by how they
-ended, model calls (time, tokens, failures per model), tool runs (outcome, time), the
+ended, model calls (time, tokens, failures per model), tool runs (outcome, time), feedback
+on answers (``opsloop_feedback_total{value}``, fed by ``bot.slack.feedback``), the
 time to answer Slack, the event loop's lag, and ``opsloop_redis_up``. ``live``: what the
 whole workspace has open right now (live jobs, pending approvals), read from Redis at
 each scrape and left out when Redis does not answer rather than shown stale.
@@ -58,6 +59,12 @@ class Metrics:
             "Time of each tool run",
             ["tool"],
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self.feedback = Counter(
+            "opsloop_feedback",
+            "Feedback buttons pressed on answers (positive or negative), any job, any age",
+            ["value"],
             registry=self.registry,
         )
         self.redis_up = Gauge(

@@ -46,11 +46,13 @@ from bot.settings import BotSettings, LLMSettings, ToolSettings
 from bot.slack import http
 from bot.slack.actions import Interactions
 from bot.slack.app import Messages, bolt_app
+from bot.slack.assistant import PaneConfig
 from bot.slack.client import ScrubbingWebClient
 from bot.slack.identity import BotIdentity
 from bot.slack.notifier import SlackNotifier
 from bot.slack.policy import ApproverPolicy
 from bot.slack.progress import budget_sender
+from bot.slack.tasks import TASK_CARDS
 from bot.slack.updates import UpdateBudget
 from bot.store.connection import connect, durability
 from bot.store.jobs import JobLimits
@@ -148,6 +150,7 @@ class Service:
         session = aiohttp.ClientSession()
         client = slack_client(bot, llm, session)
         budget = UpdateBudget(budget_sender(client))
+        TASK_CARDS.configure(bot.task_display)  # OPSLOOP_TASK_DISPLAY, the process's
         metrics = Metrics()
         identity = BotIdentity(client)
         policy = ApproverPolicy(
@@ -171,6 +174,7 @@ class Service:
                 budget=budget,
                 identity=identity,
                 approvers=policy.approvers,
+                approval_channel=bot.approval_channel,
                 metrics=metrics,
             ),
         )
@@ -182,6 +186,7 @@ class Service:
             policy=policy,
             schedule=tasks.schedule,
             background=tasks.spawn,
+            approval_channel=bot.approval_channel,
         )
         messages = Messages(
             client=client,
@@ -203,6 +208,8 @@ class Service:
             socket=socket,
             messages=messages,
             interactions=interactions,
+            metrics=metrics,
+            pane=PaneConfig(tuple(bot.suggested_prompt_list), bot.approval_channel),
         )
         return cls(
             settings=bot,

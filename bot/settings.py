@@ -179,6 +179,14 @@ DEFAULT_PORT = 3000
 DEFAULT_DRAIN_S = 20.0
 # A card still pending after this long is recalled once in its thread (0: never).
 DEFAULT_APPROVAL_REMIND_S = 600.0
+# The assistant pane's suggested prompts ("|" between prompts; Slack shows at most 4).
+DEFAULT_SUGGESTED_PROMPTS = (
+    "What is firing right now, and what changed before it started?"
+    "|Check the health of the service this channel is about"
+    "|Summarise this incident so far: impact, cause, what was done"
+    "|Which hosts are short on disk or memory?"
+)
+MAX_SUGGESTED_PROMPTS = 4
 
 
 class BotSettings(BaseSettings):
@@ -203,6 +211,13 @@ class BotSettings(BaseSettings):
         DEFAULT_APPROVAL_REMIND_S, alias="OPSLOOP_APPROVAL_REMIND_S", ge=0
     )
     system_prompt_file: str | None = Field(None, alias="OPSLOOP_SYSTEM_PROMPT")
+    task_display: Literal["timeline", "plan", "off"] = Field(
+        "timeline", alias="OPSLOOP_TASK_DISPLAY"
+    )
+    suggested_prompts: str = Field(DEFAULT_SUGGESTED_PROMPTS, alias="OPSLOOP_SUGGESTED_PROMPTS")
+    approval_channel: str | None = Field(
+        None, alias="OPSLOOP_APPROVAL_CHANNEL", pattern=r"^[CG][A-Z0-9]{1,20}$"
+    )
     host: str = Field("0.0.0.0", alias="HOST")
     port: int = Field(DEFAULT_PORT, alias="PORT", gt=0, lt=65536)
 
@@ -212,6 +227,7 @@ class BotSettings(BaseSettings):
         "slack_app_token",
         "redis_url",
         "system_prompt_file",
+        "approval_channel",
         mode="before",
     )
     @classmethod
@@ -239,6 +255,12 @@ class BotSettings(BaseSettings):
     @property
     def approver_ids(self) -> list[str]:
         return [a.strip() for a in self.approvers.split(",") if a.strip()]
+
+    @property
+    def suggested_prompt_list(self) -> list[str]:
+        """The pane's suggested prompts, at most ``MAX_SUGGESTED_PROMPTS``."""
+        prompts = [p.strip() for p in self.suggested_prompts.split("|") if p.strip()]
+        return prompts[:MAX_SUGGESTED_PROMPTS]
 
     @property
     def allowed_bot_ids(self) -> frozenset[str]:

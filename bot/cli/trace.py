@@ -6,9 +6,10 @@ with ``?thread_ts=`` when it links a reply). For each job it prints the record (
 who started it, limits used and raised, how it ended) and its trace: every model call
 with its tokens, every tool call with its arguments and who confirmed it, every approval
 with who decided it and when, what people wrote that it took in, fallbacks, condensing, each
-run's end, and the job's answer. A call the model wrote malformed (history keeps it as
-``{}`` / ``invalid_tool_name``) is shown as the model wrote it (bounded), read from the
-thread's history. ``--json`` prints one JSON object per job instead (for ``jq``).
+run's end, feedback on its answer (who, which way), and the job's answer. A call the model
+wrote malformed (history keeps it as ``{}`` / ``invalid_tool_name``) is shown as the model
+wrote it (bounded), read from the thread's history. ``--json`` prints one JSON object per
+job instead (for ``jq``).
 
 Only reads: it needs ``REDIS_URL`` (and ``OPSLOOP_REDIS_PREFIX`` when the bot uses one),
 nothing of Slack or the model. Jobs, traces and approvals are kept 30 days.
@@ -39,6 +40,7 @@ from bot.store.trace import (
     CondenseEntry,
     EndEntry,
     FallbackEntry,
+    FeedbackEntry,
     InjectEntry,
     LimitEntry,
     ModelCallEntry,
@@ -278,6 +280,9 @@ def _line(entry: TraceEntry, trace: JobTrace) -> tuple[str, str]:
             if entry.error:
                 parts.append(entry.error)
             return "end", " · ".join(parts)
+        case FeedbackEntry():
+            word = "helpful" if entry.value == "positive" else "not helpful"
+            return "feedback", f"{entry.value} ({word}) from {entry.by}"
 
 
 def _said(text: str) -> str:

@@ -56,7 +56,9 @@ from bot.dev.page import (
     security_headers,
     ui_ephemeral,
 )
+from bot.dev.pane import DevPane
 from bot.dev.people import Composer, DevUser, rich_text
+from bot.emulator.alert_posts import alertmanager_firing
 from bot.emulator.sender import (
     ACK_TIMEOUT_S,
     MAX_RETRIES,
@@ -68,8 +70,10 @@ from bot.emulator.sender import (
     block_actions,
     deliver_event,
     find_button,
+    find_feedback_value,
     form_body,
     human_event,
+    message_action,
     post_signed,
     sign,
 )
@@ -100,6 +104,9 @@ SHUTDOWN_TIMEOUT_S = 2.0
 STATUS_TTL_S = 120.0  # an assistant thread status clears itself after 2 minutes
 
 _EDIT_METHODS = frozenset({"chat.update", "chat.appendStream", "chat.stopStream"})
+PANE_METHODS = frozenset(
+    {"assistant.threads.setSuggestedPrompts", "assistant.threads.setTitle", "views.publish"}
+)
 
 
 @dataclass
@@ -163,6 +170,7 @@ class Emulator(FakeSlack):
         app.router.add_route("*", "/api/{method}", self._handle)
         app.router.add_post("/actions/{token}", self._response_url)
         self._page.add_to(app)
+        DevPane(self).add_to(app)  # the assistant pane and App Home (bot.dev.pane)
         self._session = aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}, trust_env=False)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         await runner.setup()
@@ -279,6 +287,7 @@ class Emulator(FakeSlack):
         if held is None:
             raise EmulatorError("message_not_found", status=404)
         found = find_button(held.blocks, action_id=action_id, value=value)
+        found = found or find_feedback_value(held.blocks, action_id=action_id, value=value)
         if found is None:
             raise EmulatorError("button_not_found", status=404)
         block_id, button = found
@@ -301,6 +310,40 @@ class Emulator(FakeSlack):
         async with self._changed:
             self._changed.notify_all()
         return status
+
+    async def shortcut_as(
+        self, user_id: str, channel: str, message_ts: str, callback_id: str
+    ) -> int:
+        """Use the message shortcut ``callback_id`` ("⋯ → Investigate with opsloop") on a
+        message as ``user_id``: a signed ``message_action``; the bot's HTTP status, as
+        :meth:`click_as` returns it (``message_not_found``: 404)."""
+        user = self.user(user_id)
+        held = self._state.messages.get((channel, message_ts))
+        if held is None:
+            raise EmulatorError("message_not_found", status=404)
+        payload = message_action(
+            callback_id=callback_id,
+            user_id=user.id,
+            user_name=user.name,
+            channel=channel,
+            channel_name=self._channel_name(channel),
+            message=held.as_slack(),
+            response_url=self._new_response_url(channel, held, user.id),
+        )
+        body, headers = form_body(payload)
+        status, reason, _ = await self._send(body, headers)
+        self._record(Delivery("click", "message_action", None, held.ts, 0, status, reason))
+        async with self._changed:
+            self._changed.notify_all()
+        return status
+
+    def post_alert(self) -> str:
+        """Post the demo Alertmanager alert in the channel, as its incoming webhook would (a
+        bot's post: it starts nothing until someone mentions opsloop or uses the shortcut)."""
+        ts = self.add_post(self.channel_id, alertmanager_firing(host="web"))
+        self._publish("message", self._ui_message(self._state.messages[(self.channel_id, ts)]))
+        self._evict()
+        return ts
 
     # ---- the page's view of the state ------------------------------------------------------
 
@@ -373,6 +416,9 @@ class Emulator(FakeSlack):
         elif method in _EDIT_METHODS:
             key = (str(body["channel"]), str(body["ts"]))
             self._publish("update", self._ui_message(self._state.messages[key]))
+        elif method == "files.completeUploadExternal":  # a file shared: a new message
+            for message in self.files.shared(body):
+                self._publish("message", self._ui_message(message))
         elif method == "chat.postEphemeral":
             self._published_ephemeral(self._state.ephemerals[-1])
         elif method == "reactions.add":
@@ -387,6 +433,8 @@ class Emulator(FakeSlack):
                     "reactions": self.reactions(channel, ts),
                 },
             )
+        elif method in PANE_METHODS:  # prompts, a title, a home: the page asks again
+            self._publish("pane", {"method": method, "user": params.get("user_id")})
         elif method == "assistant.threads.setStatus":
             channel, thread_ts = str(params["channel_id"]), str(params["thread_ts"])
             status = self._state.statuses.get((channel, thread_ts), "")
@@ -444,6 +492,13 @@ class Emulator(FakeSlack):
         self._hub.publish(kind, data, audience)
 
     # ---- delivery to the bot ---------------------------------------------------------------
+
+    def deliver(self, event: Mapping[str, Any]) -> None:
+        """Deliver ``event`` to the bot in the background (nothing while ``bot_url`` is None)."""
+        if self.bot_url is not None:
+            if len(self._tasks) + 1 > MAX_IN_FLIGHT:
+                raise EmulatorError("too_many_deliveries", status=503)
+            self._spawn(self._deliver_event(event))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)

@@ -197,6 +197,12 @@ class PageBackend(Protocol):
         self, user_id: str, channel: str, message_ts: str, action_id: str, value: str
     ) -> int: ...
 
+    async def shortcut_as(
+        self, user_id: str, channel: str, message_ts: str, callback_id: str
+    ) -> int: ...
+
+    def post_alert(self) -> str: ...
+
 
 class PageRoutes:
     """``/``, ``/static/``, ``/ui/…`` and their guard (:meth:`guard`, a middleware)."""
@@ -214,6 +220,8 @@ class PageRoutes:
         app.router.add_get("/ui/stream", self._ui_stream)
         app.router.add_post("/ui/post", self._ui_post)
         app.router.add_post("/ui/click", self._ui_click)
+        app.router.add_post("/ui/shortcut", self._ui_shortcut)  # shortcut.js
+        app.router.add_post("/ui/alert", self._ui_alert)  # shortcut.js: a demo alert post
 
     @web.middleware
     async def guard(
@@ -286,6 +294,19 @@ class PageRoutes:
         user, channel, message_ts, action_id, value = (str(v) for v in values)
         status = await self._backend.click_as(user, channel, message_ts, action_id, value)
         return json_response({"ok": True, "status": status})
+
+    async def _ui_shortcut(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        values = [body.get(name) for name in ("user", "channel", "message_ts", "callback_id")]
+        if not all(isinstance(v, str) and v for v in values):
+            raise EmulatorError("invalid_arguments")
+        user, channel, message_ts, callback_id = (str(v) for v in values)
+        status = await self._backend.shortcut_as(user, channel, message_ts, callback_id)
+        return json_response({"ok": True, "status": status})
+
+    async def _ui_alert(self, request: web.Request) -> web.Response:
+        await self._json_body(request)
+        return json_response({"ok": True, "ts": self._backend.post_alert()})
 
 
 __all__ = [

@@ -144,6 +144,10 @@ class DevStack:
             PORT=str(bot_port),
         )
         env.setdefault("OPSLOOP_APPROVERS", self.environ.get("OPSLOOP_APPROVERS") or APPROVERS)
+        # Cards of assistant-pane jobs go where the approvers are: the incident channel.
+        env["OPSLOOP_APPROVAL_CHANNEL"] = (
+            self.environ.get("OPSLOOP_APPROVAL_CHANNEL") or emulator.channel_id
+        )
         # Ctrl-C gives the bot STOP_TIMEOUT_S: a change in flight may finish, within that.
         env["OPSLOOP_DRAIN_S"] = self.environ.get("OPSLOOP_DRAIN_S") or DEV_DRAIN_S
         child_env = {**self.environ, **env}

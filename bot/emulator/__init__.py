@@ -2,9 +2,13 @@
 
 - ``slack``: the fake Slack Web API, a real aiohttp server holding messages and recording
   calls; ``slack_wire`` what it speaks (ids, limits, message shapes, errors, request
-  params); ``slack_socket`` Slack's side of Socket Mode on the same server.
-- ``sender``: Slack's direction towards the bot, once: v0-signed ``event_callback`` envelopes
-  and ``block_actions`` bodies, posted with Slack's 3 s ack timeout and retries.
+  params); ``slack_socket`` Slack's side of Socket Mode on the same server;
+  ``slack_assistant`` the assistant pane's methods (suggested prompts, title) and
+  ``views.publish`` (App Home), refusing what Slack refuses; ``context_actions`` the
+  ``context_actions`` block with its ``feedback_buttons``, checked as Slack checks them.
+- ``sender``: Slack's direction towards the bot, once: v0-signed ``event_callback`` envelopes,
+  ``block_actions`` bodies (feedback clicks too) and ``message_action`` shortcuts, posted
+  with Slack's 3 s ack timeout and retries.
 - ``model_server``: the scripted model server (OpenAI chat completions, the model list, a
   strict mode refusing what vLLM refuses); ``anthropic`` its Anthropic Messages rendering;
   ``scripted`` what a script is made of (``Reply``, ``Fault``, ``ScriptedRequest``) and what

@@ -1,10 +1,10 @@
 """What the fake Kubernetes API server (``bot.emulator.kube_api``) speaks besides its
 routes: the resources it serves (``RESOURCES``: group, kind, scope, subresources, verbs,
-as discovery lists them), the TLS material it serves with (a throwaway CA, a server certificate, client
-certificates), the OpenAPI v2 document kubectl before 1.26 asks for (protobuf, by
-gnostic's field numbers), label and field selectors as the API server reads them, merge
-patches and the ``scale`` subresource's shape, and server-side ``Table`` printing
-(kubectl's columns for each kind).
+as discovery lists them), the TLS material it serves with (a throwaway CA, a server
+certificate, client certificates), the OpenAPI v2 document kubectl before 1.26 asks for
+(protobuf, by gnostic's field numbers), label and field selectors as the API server
+reads them, merge patches and the ``scale`` subresource's shape, and server-side
+``Table`` printing (kubectl's columns for each kind).
 """
 
 from __future__ import annotations

@@ -16,11 +16,20 @@ timeout, a connection failure or any other status is retried by :func:`deliver_e
 ``event_id`` and a fresh signature; an answer carrying ``X-Slack-No-Retry: 1`` stops the
 retries. Slack waits about a minute and then five minutes between retries; the emulator waits
 :data:`RETRY_DELAYS_S` (1 s, 2 s, 4 s) so local development does not stall.
+The assistant pane's events (:func:`assistant_thread_event`: ``assistant_thread_started``,
+``assistant_thread_context_changed``), a DM's ``message.im`` (:func:`im_event`,
+``channel_type: im``) and ``app_home_opened`` (:func:`app_home_opened`) go in the same
+envelope.
 
 **Clicks** go out as ``block_actions`` (:func:`block_actions`, :func:`form_body`): form-encoded
 ``payload=<json>``, signed, with the clicker, the clicked message as it is now, the button
 (``action_id``, ``block_id``, ``value``, ``text``: :func:`find_button`) and a ``response_url``.
-Slack does not retry interactivity requests, nor does the emulator.
+Slack does not retry interactivity requests, nor does the emulator. A click on the
+``feedback_buttons`` of a ``context_actions`` block (:func:`find_feedback`) is a
+``block_actions`` too, its action of type ``feedback_buttons`` carrying the chosen button's
+``value`` (:func:`feedback_action`). A **message shortcut** ("⋯ → Investigate with
+opsloop") goes out as a ``message_action`` (:func:`message_action`): the same form and
+signature, the message as Slack holds it, the user and a ``response_url``.
 
 Every attempt, event or click, is one :class:`Delivery`; :func:`post_signed` makes it and
 turns every failure into a status (:data:`NO_ANSWER`) and a reason, never an exception.
@@ -119,6 +128,67 @@ def human_event(message: Message, parent: Message | None) -> dict[str, Any]:
     return event
 
 
+def _pane_thread(
+    user: str, channel: str, thread_ts: str, looking_at: str | None, team: str
+) -> dict[str, Any]:
+    context = {"channel_id": looking_at, "team_id": team, "enterprise_id": None}
+    return {
+        "user_id": user,
+        "context": context if looking_at else {},
+        "channel_id": channel,
+        "thread_ts": thread_ts,
+    }
+
+
+def assistant_thread_event(
+    kind: Literal["assistant_thread_started", "assistant_thread_context_changed"],
+    *,
+    user: str,
+    channel: str,
+    thread_ts: str,
+    looking_at: str | None = None,
+    team: str = TEAM_ID,
+) -> dict[str, Any]:
+    """The assistant pane's ``assistant_thread_started`` (a user opened the pane: a new
+    thread ``thread_ts`` in the DM ``channel``) or ``assistant_thread_context_changed``
+    (they opened another channel, ``looking_at``)."""
+    return {
+        "type": kind,
+        "assistant_thread": _pane_thread(user, channel, thread_ts, looking_at, team),
+        "event_ts": f"{time.time():.6f}",
+    }
+
+
+def im_event(message: Message, *, team: str = TEAM_ID) -> dict[str, Any]:
+    """The ``message.im`` event of a person's post in a DM (an assistant pane thread when
+    ``message.thread_ts`` is set)."""
+    event: dict[str, Any] = {
+        "type": "message",
+        "user": message.user,
+        "text": message.text,
+        "ts": message.ts,
+        "channel": message.channel,
+        "event_ts": message.ts,
+        "channel_type": "im",
+        "team": team,
+        "client_msg_id": str(uuid.uuid4()),
+    }
+    if message.thread_ts:
+        event["thread_ts"] = message.thread_ts
+    return event
+
+
+def app_home_opened(*, user: str, channel: str, tab: str = "home") -> dict[str, Any]:
+    """``app_home_opened``: ``user`` opened the app's ``tab`` (``home`` or ``messages``)."""
+    return {
+        "type": "app_home_opened",
+        "user": user,
+        "channel": channel,
+        "tab": tab,
+        "event_ts": f"{time.time():.6f}",
+    }
+
+
 def envelope(
     event: Mapping[str, Any],
     event_id: str | None = None,
@@ -194,6 +264,81 @@ def find_button(
     return None
 
 
+def find_feedback(
+    blocks: Iterable[Mapping[str, Any]] | None, positive: bool = True
+) -> tuple[str, dict[str, Any]] | None:
+    """The first ``feedback_buttons`` of a ``context_actions`` block in ``blocks``, as a
+    clicked action (:func:`feedback_action`), with its block's id (a stand-in if none)."""
+    for index, block in enumerate(blocks or ()):
+        if block.get("type") != "context_actions":
+            continue
+        for element in block.get("elements") or ():
+            if isinstance(element, Mapping) and element.get("type") == "feedback_buttons":
+                block_id = (
+                    block.get("block_id")
+                    or hashlib.sha1(f"{index}".encode(), usedforsecurity=False).hexdigest()[:5]
+                )
+                return str(block_id), feedback_action(element, positive=positive)
+    return None
+
+
+def find_feedback_value(
+    blocks: Iterable[Mapping[str, Any]] | None, *, action_id: str, value: str
+) -> tuple[str, dict[str, Any]] | None:
+    """The click on the feedback button of ``blocks`` whose ``action_id`` and ``value``
+    (either button's) are given, as :func:`find_feedback` returns it; None if none has."""
+    for positive in (True, False):
+        found = find_feedback(blocks, positive=positive)
+        if found is not None and found[1]["action_id"] == action_id and found[1]["value"] == value:
+            return found
+    return None
+
+
+def feedback_action(element: Mapping[str, Any], *, positive: bool) -> dict[str, Any]:
+    """The ``actions`` element Slack sends for a click on one of ``element``'s buttons:
+    its type, action id and the chosen button's value (in the shape :func:`block_actions`
+    takes as ``button``)."""
+    chosen = element.get("positive_button" if positive else "negative_button") or {}
+    return {
+        "type": "feedback_buttons",
+        "action_id": str(element.get("action_id", "")),
+        "value": str(chosen.get("value", "")),
+        "text": dict(chosen.get("text") or {"type": "plain_text", "text": ""}),
+    }
+
+
+def message_action(
+    *,
+    callback_id: str,
+    user_id: str,
+    user_name: str,
+    channel: str,
+    channel_name: str,
+    message: Mapping[str, Any],
+    response_url: str,
+    team: str = TEAM_ID,
+    api_app_id: str = APP_ID,
+) -> dict[str, Any]:
+    """The ``message_action`` payload of a message shortcut used on ``message`` (Slack's
+    shape, e.g. ``Message.as_slack()``) by ``user_id``."""
+    return {
+        "type": "message_action",
+        "token": VERIFICATION_TOKEN,
+        "action_ts": f"{time.time():.6f}",
+        "team": {"id": team, "domain": TEAM_DOMAIN},
+        "user": {"id": user_id, "username": user_name, "name": user_name, "team_id": team},
+        "channel": {"id": channel, "name": channel_name},
+        "is_enterprise_install": False,
+        "enterprise": None,
+        "api_app_id": api_app_id,
+        "callback_id": callback_id,
+        "trigger_id": f"{int(time.time())}.{secrets.randbelow(10**12)}.{uuid.uuid4().hex}",
+        "response_url": response_url,
+        "message_ts": str(message.get("ts", "")),
+        "message": dict(message),
+    }
+
+
 def block_actions(
     *,
     user_id: str,
@@ -220,13 +365,15 @@ def block_actions(
     if thread_ts:
         container["thread_ts"] = thread_ts
     action: dict[str, Any] = {
-        "type": "button",
+        "type": str(button.get("type") or "button"),
         "action_id": str(button["action_id"]),
         "block_id": block_id,
         "text": dict(button.get("text") or {"type": "plain_text", "text": ""}),
         "value": str(button.get("value", "")),
         "action_ts": f"{time.time():.6f}",
     }
+    if action["type"] == "feedback_buttons":
+        del action["text"]  # Slack sends the chosen button's value only
     if button.get("style"):
         action["style"] = button["style"]
     return {
@@ -325,13 +472,20 @@ __all__ = [
     "USER_AGENT",
     "VERIFICATION_TOKEN",
     "Delivery",
+    "app_home_opened",
+    "assistant_thread_event",
     "block_actions",
     "deliver_event",
     "envelope",
     "event_body",
+    "feedback_action",
     "find_button",
+    "find_feedback",
+    "find_feedback_value",
     "form_body",
     "human_event",
+    "im_event",
+    "message_action",
     "new_event_id",
     "post_signed",
     "retried",

@@ -32,6 +32,9 @@ from typing import Any, Self
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from bot.emulator.slack_assistant import install as install_pane
+from bot.emulator.slack_chunks import StreamChunks
+from bot.emulator.slack_files import FakeFiles
 from bot.emulator.slack_wire import (
     BOT_ID,
     BOT_NAME,
@@ -155,6 +158,9 @@ class FakeSlack:
         self._app_token_methods: set[str] = set()  # methods called with the xapp- token
         self._holds: dict[str, asyncio.Event] = {}
         self._routes: list[tuple[str, str, Handler]] = []
+        self.stream_chunks = StreamChunks()  # chunk streams: checked and shown like Slack's
+        self.files = FakeFiles(self)  # the v2 upload: files.getUploadURLExternal, …
+        self.pane = install_pane(self)  # setSuggestedPrompts, setTitle, views.publish
 
     def add_method(
         self, name: str, handler: Callable[[Params], Reply], *, app_token: bool = False
@@ -564,11 +570,13 @@ class FakeSlack:
         if not channel:
             raise SlackError("channel_not_found")
         thread_ts = required(params, "thread_ts")
+        mode = self.stream_chunks.check(params, method="chat.startStream")
         text = stream_text(params)
         message = Message(
             channel, self._next_ts(), text, BOT_USER_ID, BOT_ID, thread_ts, streaming=True
         )
         self._state.messages[(channel, message.ts)] = message
+        self.stream_chunks.started(message, params, mode)
         return {"channel": channel, "ts": message.ts}
 
     def _streaming(self, params: Params) -> Message:
@@ -582,11 +590,13 @@ class FakeSlack:
 
     def _append_stream(self, params: Params) -> Reply:
         message = self._streaming(params)
+        self.stream_chunks.go_on(message, params, method="chat.appendStream")
         message.text += stream_text(params)
         return {"channel": message.channel, "ts": message.ts}
 
     def _stop_stream(self, params: Params) -> Reply:
         message = self._streaming(params)
+        self.stream_chunks.go_on(message, params, method="chat.stopStream")
         text = stream_text(params)
         _, blocks = message_content({"blocks": params.get("blocks") or []})
         message.text += text

@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 from aiohttp import web
 
+from bot.emulator.context_actions import actions_errors, context_actions_errors
+
 BOT_USER_ID = "UBOT"
 BOT_ID = "BBOT"
 TEAM_ID = "T1"
@@ -130,7 +132,10 @@ def block_errors(blocks: object) -> list[str]:
                 )
         elif kind == "header":
             _check_text(block.get("text"), MAX_HEADER_TEXT, f"{where}/text", errors)
+        elif kind == "context_actions":
+            errors.extend(context_actions_errors(block, where))
         elif kind == "actions":
+            errors.extend(actions_errors(block, where))
             for j, element in enumerate(block.get("elements") or []):
                 if isinstance(element, dict) and element.get("type") == "button":
                     pointer = f"{where}/elements/{j}/text"

@@ -23,6 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.state import StopReason
 from bot.errors import StoreError
+from bot.slack.assistant import card_place
 from bot.slack.blocks import decided_card, ending_message, reminder_message
 from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
@@ -67,13 +68,15 @@ class Interactions:
     policy: ApproverPolicy
     schedule: Callable[[str], None]  # run or resume a job in the background
     background: Callable[[Coroutine[Any, Any, Any], str], None]
+    approval_channel: str | None = None  # where DM jobs' cards are (bot.slack.assistant)
 
     async def remind(self, approval: ApprovalRecord) -> None:
         """Recall a card still pending, once, in its thread (the scanner's hook)."""
         message = reminder_message(approval, approvers=self.policy.approvers, now=time.time())
+        channel, thread_ts = card_place(self.approval_channel, approval)
         await self.client.chat_postMessage(
-            channel=approval.channel,
-            thread_ts=approval.thread_ts,
+            channel=channel,
+            thread_ts=thread_ts,
             text=message.text,
             blocks=message.blocks,
         )
@@ -97,7 +100,7 @@ class Interactions:
             return True
         at = approval.decided_at or time.time()
         message = decided_card(approval, approval.status, approval.decided_by, at)
-        channel, ts = approval.channel, approval.card_ts
+        channel, ts = card_place(self.approval_channel, approval)[0], approval.card_ts
         try:
             await self.client.chat_update(
                 channel=channel, ts=ts, text=message.text, blocks=message.blocks

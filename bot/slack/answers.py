@@ -7,14 +7,20 @@ messages. :func:`split_markdown` chooses where to cut (a blank line, a line outs
 fence, any line, inside a line) and closes a fence cut across messages at one message's end
 and reopens it at the next. Each message's ``text`` is its part escaped, so the texts
 together are the whole answer. :func:`partial_answer` is the answer while it is written.
+
+Feedback: given the job's id, the answer's last message ends with a ``context_actions``
+block holding Slack's ``feedback_buttons`` (👍/👎, :func:`feedback_block`), each button's
+value ``<job id>|positive`` or ``<job id>|negative`` (``bot.slack.feedback`` records the
+click); the block is left out only when the message already holds ``MAX_BLOCKS``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from bot.slack.blockkit import (
+    MAX_BLOCKS,
     MAX_MARKDOWN,
     MAX_TEXT,
     Block,
@@ -23,6 +29,10 @@ from bot.slack.blockkit import (
     escape,
     escaped_len,
 )
+
+ACTION_FEEDBACK = "opsloop_feedback"  # the feedback_buttons element of an answer
+FeedbackValue = Literal["positive", "negative"]
+FEEDBACK_VALUES: tuple[FeedbackValue, FeedbackValue] = ("positive", "negative")
 
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 _LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
@@ -139,14 +149,52 @@ def split_markdown(markdown: str, budget: int = MAX_MARKDOWN) -> list[tuple[str,
     return chunks
 
 
-def answer_messages(markdown: str) -> list[Message]:
-    """The model's answer as messages, each with one ``markdown`` block and its part as text.
+def feedback_block(job_id: str) -> Block:
+    """The answer's feedback buttons (Slack's ``feedback_buttons`` in ``context_actions``)."""
+    return {
+        "type": "context_actions",  # no block_id: Slack makes one per message
+        "elements": [
+            {
+                "type": "feedback_buttons",
+                "action_id": ACTION_FEEDBACK,
+                "positive_button": {
+                    "text": {"type": "plain_text", "text": "Helpful"},
+                    "accessibility_label": "Mark this answer as helpful",
+                    "value": f"{job_id}|positive",
+                },
+                "negative_button": {
+                    "text": {"type": "plain_text", "text": "Not helpful"},
+                    "accessibility_label": "Mark this answer as not helpful",
+                    "value": f"{job_id}|negative",
+                },
+            }
+        ],
+    }
+
+
+def with_feedback(messages: list[Message], job_id: str) -> list[Message]:
+    """``messages`` with the feedback block at the end of the last one (unless it already
+    holds ``MAX_BLOCKS``, Slack's limit)."""
+    if not messages or len(messages[-1].blocks) >= MAX_BLOCKS:
+        return messages
+    last = messages[-1]
+    return [*messages[:-1], Message(last.text, [*last.blocks, feedback_block(job_id)])]
+
+
+def answer_messages(markdown: str, *, job_id: str | None = None) -> list[Message]:
+    """The model's answer as messages, each with one ``markdown`` block and its part as text;
+    with ``job_id``, the last one also carries the feedback buttons (:func:`with_feedback`).
 
     Invariant: ``"".join(unescape(m.text) for m in result) == markdown`` for any answer with
     non-whitespace content (split whitespace stays in the texts; only the blocks drop it),
     except that a whitespace run that does not fit in Slack's text limit is cut.
     A blank answer gives one message saying so.
     """
+    messages = _answer_messages(markdown)
+    return with_feedback(messages, job_id) if job_id is not None else messages
+
+
+def _answer_messages(markdown: str) -> list[Message]:
     if not markdown.strip():
         return [Message(text="(the model gave no answer text)")]
     messages: list[Message] = []

@@ -30,6 +30,8 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.metrics import Metrics
+from bot.slack import assistant, feedback, home, outputs, shortcut
 from bot.slack.actions import Interactions
 from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
 from bot.slack.context import Own, thread_context
@@ -168,6 +170,8 @@ def bolt_app(
     socket: bool,
     messages: Messages,
     interactions: Interactions,
+    metrics: Metrics | None = None,
+    pane: assistant.PaneConfig | None = None,
 ) -> AsyncApp:
     """The bolt app with every listener registered (``manifest.yml`` declares them).
     Over Socket Mode there is no request to verify: the websocket is authenticated."""
@@ -183,4 +187,9 @@ def bolt_app(
     app.action(ACTION_DENY)(interactions.on_deny)
     app.action(ACTION_STOP)(interactions.on_stop)
     app.action(ACTION_CONTINUE)(interactions.on_continue)
+    feedback.register(app, turns=messages.turns, metrics=metrics)
+    shortcut.register(app, messages=messages, interactions=interactions)
+    assistant.register(app, messages=messages, background=interactions.background, config=pane)
+    home.register(app, interactions=interactions)
+    outputs.register(app, turns=messages.turns, client=client, background=interactions.background)
     return app

@@ -20,6 +20,7 @@ from bot.agent.events import Event, ModelRequestEnd, RunEnd, ToolEnd
 from bot.agent.ports import Injected
 from bot.agent.state import StopReason
 from bot.metrics import Metrics
+from bot.slack.assistant import card_channel, post_card_elsewhere
 from bot.slack.blocks import approval_card
 from bot.slack.identity import BotIdentity
 from bot.slack.progress import JobProgress
@@ -88,7 +89,9 @@ class SlackNotifier:
         identity: BotIdentity,
         approvers: Sequence[str],
         metrics: Metrics,
+        approval_channel: str | None = None,  # cards of DM jobs (the assistant pane)
     ) -> None:
+        self.approval_channel = approval_channel
         self.client = client
         self.budget = budget
         self.identity = identity
@@ -115,6 +118,8 @@ class SlackNotifier:
     async def post_card(self, record: JobRecord, approval: ApprovalRecord) -> str:
         """Post the approval card of a paused job (cards go before progress updates)."""
         card = approval_card(approval, approvers=self.approvers)
+        if (elsewhere := card_channel(self.approval_channel, record.channel)) is not None:
+            return await post_card_elsewhere(self.client, elsewhere, record, card)
         reply = await self.client.chat_postMessage(
             channel=record.channel, thread_ts=record.thread_ts, text=card.text, blocks=card.blocks
         )

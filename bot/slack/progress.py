@@ -15,6 +15,21 @@ was being shown, that message becomes the answer's first part (one urgent
 ``chat.update``) and any further parts are posted; otherwise the answer is posted as new
 messages. The assistant thread status (best effort)
 says what the job is doing and is cleared at the end.
+
+Task cards (``OPSLOOP_TASK_DISPLAY`` ``timeline`` or ``plan``, with chat streaming): from the
+run's first tool call on, its steps are cards in one ``JobStream`` — a call ``in_progress``
+when it starts, ``complete``/``error`` with its one-line summary when it ends, ``pending``
+"waiting for approval" while its card waits — and the short notes the model writes before
+its calls go there between the cards instead of onto the status message. A job that runs no
+tool streams as before. The stream ends when the run does: at a pause for approval (the
+step stays pending; the resumed run, in whichever process, opens a new stream below the
+card, where the approved call's card runs and completes) and before the final answer,
+which stays a message of its own (its whole text, its feedback buttons, a file when long).
+The status message with Stop is unchanged: Stop lives there and a takeover edits it.
+
+Long output: an answer of more than ``ANSWER_FILE_AFTER`` messages is posted as a file
+with one summary message (``bot.slack.files``); the ending offers a "Full output" button
+for each call whose output the model saw cut (``bot.slack.outputs``).
 """
 
 from __future__ import annotations
@@ -23,19 +38,22 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.events import ApprovalRequested, Event, RunEnd
+from bot.agent.events import ApprovalRequested, Event, RunEnd, ToolEnd
 from bot.agent.ports import Clock
 from bot.agent.state import RunResult, StopReason
 from bot.slack.answers import answer_messages
 from bot.slack.blockkit import Message
 from bot.slack.blocks import Progress, ToolLine, ending_message, with_narration
 from bot.slack.blocks import status_message as status_blocks
-from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
+from bot.slack.files import ANSWER_FILE_AFTER, ANSWER_FILENAME, post_file, summary
+from bot.slack.outputs import CUT_AFTER, with_output_buttons
+from bot.slack.streaming import AnswerStream, JobStream, Pacing, StatusSwitch, ThreadStatus
+from bot.slack.tasks import DISPLAY_MODES, TASK_CARDS, WAITING_FOR_APPROVAL, task_title
 from bot.slack.updates import RateLimited, UpdateBudget
 from bot.store.jobs import JobRecord
 
@@ -125,9 +143,12 @@ class JobProgress:
         pacing: Pacing | None = None,
         clock: Clock | None = None,
         status_switch: StatusSwitch | None = None,
+        task_display: str | None = None,
     ) -> None:
         """``team_id`` (from ``auth.test``) enables Slack's chat streaming (channels need the
-        recipient's team); without it a streamed response is shown by editing a message."""
+        recipient's team); without it a streamed response is shown by editing a message.
+        ``task_display`` (``timeline``, ``plan`` or ``off``; default the process's
+        ``OPSLOOP_TASK_DISPLAY``) shows tool steps as task cards in one job stream."""
         self._client = client
         self._budget = budget
         self.record = record
@@ -138,6 +159,9 @@ class JobProgress:
         self.streams: list[AnswerStream] = []  # every response's, in order
         self._continuing = False  # the current stream's answer was cut off: more is coming
         self._narration: str | None = None
+        display = TASK_CARDS.display if task_display is None else task_display
+        self._display = display if display in DISPLAY_MODES else None
+        self.job_stream: JobStream | None = None  # the run's steps and later text
         self.thread_status = ThreadStatus(
             client, record.channel, record.thread_ts, switch=status_switch, clock=clock
         )
@@ -151,6 +175,7 @@ class JobProgress:
         self._tool_note: str | None = None  # what that call last said of its progress
         self._awaiting: str | None = None  # a tool whose approval card is pending
         self._lines: list[ToolLine] = []
+        self._cut: list[tuple[str, str]] = []  # (call id, tool) of outputs the model saw cut
         self._tasks: set[asyncio.Task[None]] = set()
         self.done = asyncio.Event()
 
@@ -208,7 +233,7 @@ class JobProgress:
                 if self._stream is not None:
                     self._stream.end_response()
                     if event.tool_calls:
-                        self._retire_stream()
+                        self._retire_stream(before_calls=True)
                     elif event.cut_off:
                         self._continuing = True  # the next response goes on with it
             case "injected":
@@ -220,13 +245,32 @@ class JobProgress:
                 assert isinstance(event, ApprovalRequested)
                 self._awaiting = event.approval.tool
                 self.thread_status.show("is waiting for an approval…")
+                steps = self._steps()
+                if steps is not None:
+                    approval = event.approval
+                    steps.step(
+                        approval.call_id,
+                        title=task_title(approval.tool, approval.arguments),
+                        status="pending",
+                        details=WAITING_FOR_APPROVAL,
+                    )
             case "tool_start":
                 self._tool = event.tool
                 self._tool_call, self._tool_note = event.call_id, None
                 self._awaiting = None
                 self._retire_stream()
                 self.thread_status.show(f"is running {event.tool}…")
+                steps = self._steps()
+                if steps is not None:
+                    steps.step(
+                        event.call_id,
+                        title=task_title(event.tool, event.arguments),
+                        status="in_progress",
+                        details="dry run" if event.dry_run else None,
+                    )
             case "tool_progress":
+                if self.job_stream is not None and self.job_stream.has_step(event.call_id):
+                    self.job_stream.step(event.call_id, status="in_progress", details=event.message)
                 if event.call_id != self._tool_call:
                     return  # a call running beside the one shown
                 self._tool_note = event.message
@@ -237,6 +281,9 @@ class JobProgress:
                     fallback = "error" if event.is_error else f"{event.output_chars} chars"
                     result = event.summary or fallback
                     self._lines.append(ToolLine(event.tool, result, not event.is_error))
+                self._step_ends(event)
+                if event.ran and not event.dry_run and event.output_chars > CUT_AFTER:
+                    self._cut.append((event.call_id, event.tool))  # offered whole at the end
             case "run_end":
                 assert isinstance(event, RunEnd)
                 self._spawn(self._finish(event.result))
@@ -244,6 +291,52 @@ class JobProgress:
             case _:
                 return
         self._update()
+
+    # -- tool steps as task cards (one job stream per run) ----------------------------------
+
+    def _steps(self) -> JobStream | None:
+        """The run's job stream, opened at its first step when task cards are on (Slack's
+        chat streaming needs the requester and team as recipients)."""
+        if self.job_stream is not None:
+            return self.job_stream
+        if self._display is None or not TASK_CARDS.on or not self.team_id:
+            return None
+        if not self.record.requester:
+            return None
+        self.job_stream = JobStream(
+            self._client,
+            self._budget,
+            channel=self.channel,
+            thread_ts=self.record.thread_ts,
+            recipient_user_id=self.record.requester,
+            recipient_team_id=self.team_id,
+            display=self._display,
+            pacing=self._pacing,
+            clock=self._clock,
+        )
+        return self.job_stream
+
+    def _step_ends(self, event: Event) -> None:
+        steps = self.job_stream
+        if steps is None or not isinstance(event, ToolEnd):
+            return
+        if event.dry_run:
+            steps.step(event.call_id, status="pending", output=event.summary or "dry run done")
+        elif not event.ran:
+            steps.step(event.call_id, status="error", output=event.summary or "not run")
+        else:
+            fallback = "error" if event.is_error else f"{event.output_chars} chars"
+            status: Literal["complete", "error"] = "error" if event.is_error else "complete"
+            steps.step(event.call_id, status=status, output=event.summary or fallback)
+
+    async def _finish_steps(self, steps: JobStream, result: RunResult) -> None:
+        """Wind the job stream up before the answer: steps still open end as stopped
+        (unless the job awaits an approval: its step stays pending)."""
+        if result.stop_reason is not StopReason.AWAITING_APPROVAL:
+            word = "stopped" if result.stop_reason is StopReason.CANCELLED else "not finished"
+            for step in steps.timeline.open_steps():
+                steps.step(step.call_id, status="error", output=word)
+        await steps.settle()
 
     def _update(self) -> None:
         if self.status_ts is not None:
@@ -284,14 +377,18 @@ class JobProgress:
             self.streams.append(self._stream)
         return self._stream
 
-    def _retire_stream(self) -> None:
+    def _retire_stream(self, *, before_calls: bool = False) -> None:
         """The current response was a note before tool calls: leave its message as it is
-        (or, too short for one, show it on the status message)."""
+        (or, too short for one, show it on the status message — or, ``before_calls`` with
+        task cards on, between the cards of the job stream)."""
         stream, self._stream = self._stream, None
         if stream is None:
             return
         note = stream.unshown()
-        if note is not None:
+        steps = self._steps() if note is not None and before_calls else None
+        if steps is not None and note is not None:
+            steps.text(note.strip() + "\n\n")  # a note between task cards
+        elif note is not None:
             self._narration = note
         self._spawn(stream.settle())
 
@@ -312,6 +409,8 @@ class JobProgress:
                 StopReason.INCOMPLETE,
             ):
                 answer = None
+            if self.job_stream is not None:
+                await self._finish_steps(self.job_stream, result)
             shown = await stream.settle(final=answer is not None) if stream else None
             if result.stop_reason is StopReason.AWAITING_APPROVAL:
                 return  # the card speaks for the job until it is decided
@@ -337,6 +436,7 @@ class JobProgress:
                 deadline_s=limits.deadline_s,
                 tools=self._lines,
             )
+            ending = with_output_buttons(ending, self.record.id, self._cut)
             if self.status_ts is not None:
                 # Queued, not awaited: the workspace's chat.update budget (Tier 3) may be
                 # minutes behind under load, and the job must not hold its lease and
@@ -351,7 +451,10 @@ class JobProgress:
     async def _answer(self, answer: str, shown: str | None) -> None:
         """The answer, exactly once: its first part replaces the streamed message's content
         when there is one (and the edit succeeds), the rest are new messages."""
-        messages = answer_messages(answer)
+        messages = answer_messages(answer, job_id=self.record.id)
+        if len(messages) > ANSWER_FILE_AFTER and await self._answer_file(answer):
+            # The whole answer is in the thread as a file: one message summarises it.
+            messages = answer_messages(summary(answer), job_id=self.record.id)[:1]
         if shown is not None and await self._replace(shown, messages[0]):
             messages = messages[1:]
         for message in messages:
@@ -361,6 +464,19 @@ class JobProgress:
                 text=message.text,
                 blocks=message.blocks,
             )
+
+    async def _answer_file(self, answer: str) -> bool:
+        """Post an answer too long for a few messages as a file in the thread."""
+        file_id = await post_file(
+            self._client,
+            channel=self.channel,
+            thread_ts=self.record.thread_ts,
+            filename=ANSWER_FILENAME,
+            content=answer,
+            title="The whole answer",
+            comment=f"The whole answer ({len(answer):,} characters)",
+        )
+        return file_id is not None
 
     async def _replace(self, ts: str, message: Message) -> bool:
         """Edit ``ts`` to ``message`` (urgent); False only if Slack refused the edit."""

@@ -19,6 +19,7 @@ ARTIFACT_TTL_S = 7 * 24 * 3600
 JOB_TTL_S = 30 * 24 * 3600  # finished jobs are kept as long as their history
 LEASE_TTL_MS = 15_000
 LEASE_RENEW_S = 5.0
+RECENT_JOBS_MAX = 200  # the newest jobs App Home reads, per person and workspace-wide
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,16 @@ class Keys:
     def artifact(self, job_id: str, ref: str) -> str:
         return self._t(thread_of(job_id), f"artifact:{ref}")
 
+    def assistant_thread(self, thread: Thread) -> str:
+        """HASH: an assistant-pane thread's context (the channel its user looks at)."""
+        return self._t(thread, "assistant")
+
     # -- process-wide -----------------------------------------------------------
+    def recent_jobs(self, user: str | None = None) -> str:
+        """ZSET job id → created at: the newest jobs (of ``user``, or of everyone),
+        trimmed to ``RECENT_JOBS_MAX``, for App Home."""
+        return f"{self.prefix}index:recent" + (f":{user}" if user else "")
+
     def active_jobs(self) -> str:
         """ZSET job id → when to look at it next (lease expiry), for the scanner."""
         return f"{self.prefix}index:active"

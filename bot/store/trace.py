@@ -8,6 +8,9 @@ commands), so tracing adds no round trip to the hot path. ``flush`` writes the b
 its own, for runs without such a checkpoint. Stream deltas are not traced (one per few
 characters would drown the rest).
 
+One entry is written from outside the run: ``FeedbackEntry``, a click on the answer's
+feedback buttons, appended by ``append_if_traced`` (only to a trace that still exists).
+
 A trace is bounded twice: each free-text field to ``MAX_TEXT_CHARS`` and the list to the
 last ``MAX_TRACE_ENTRIES`` entries (``LTRIM`` on every append).
 """
@@ -182,6 +185,16 @@ class EndEntry(_Entry):
     pending_call_id: str | None = None  # the call awaiting approval, if paused
 
 
+class FeedbackEntry(_Entry):
+    """Someone pressed a feedback button of the job's answer (written by the Slack edge's
+    click, any process, any time after the run: ``append_if_traced``)."""
+
+    kind: Literal["feedback"] = "feedback"
+    value: Literal["positive", "negative"]
+    by: str  # the clicker's Slack user id
+    message_ts: str | None = None  # the answer message that carried the buttons
+
+
 TraceEntry = Annotated[
     ModelCallEntry
     | ToolEntry
@@ -190,7 +203,8 @@ TraceEntry = Annotated[
     | FallbackEntry
     | LimitEntry
     | CondenseEntry
-    | EndEntry,
+    | EndEntry
+    | FeedbackEntry,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[TraceEntry] = TypeAdapter(TraceEntry)
@@ -310,6 +324,30 @@ def queue_append(pipe: Pipeline, keys: Keys, job_id: str, entries: Sequence[str]
     pipe.rpush(key, *entries)
     pipe.ltrim(key, -MAX_TRACE_ENTRIES, -1)
     pipe.expire(key, TRACE_TTL_S)
+
+
+# KEYS: 1 the trace. ARGV: 1 the entry, 2 max entries, 3 ttl. Returns 1 if appended.
+_APPEND_IF_TRACED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+
+async def append_if_traced(
+    redis: aioredis.Redis, keys: Keys, job_id: str, entry: TraceEntry
+) -> bool:
+    """Append ``entry`` to the job's trace if it has one (one script, one round trip);
+    False when the trace is gone (expired, or the job never ran): nothing is created."""
+    script = redis.register_script(_APPEND_IF_TRACED)
+    async with translated("trace append"):
+        added = await script(
+            keys=[keys.trace(job_id)],
+            args=[dump_entry(entry), MAX_TRACE_ENTRIES, TRACE_TTL_S],
+        )
+    return bool(added)
 
 
 async def read_trace(redis: aioredis.Redis, keys: Keys, job_id: str) -> list[TraceEntry]:

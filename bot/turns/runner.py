@@ -32,6 +32,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -64,8 +65,9 @@ from bot.store.keys import Keys, Thread
 from bot.store.lease import Lease, LeaseKeeper, Leases
 from bot.store.ledger import RedisLedger
 from bot.store.receipt import Receipt, Receipts
+from bot.store.recent import RecentJobs
 from bot.store.session import JobSession
-from bot.store.trace import TraceRecorder
+from bot.store.trace import FeedbackEntry, TraceRecorder, append_if_traced
 from bot.turns import controls
 from bot.turns.context import ThreadContext, context_first
 from bot.turns.controls import Authorize, StopOutcome, Verdict, stopped_by
@@ -169,6 +171,9 @@ class Turns:
         )
         if receipt.needs_run and receipt.job_id is not None:
             await self.jobs.index(receipt.job_id, time.time())
+        if receipt.outcome == "created" and receipt.job_id is not None:  # App Home's index
+            recent = RecentJobs(self.redis, self.keys)
+            await recent.add(receipt.job_id, requester=user, at=time.time())
         return receipt
 
     # -- running ----------------------------------------------------------------------
@@ -280,6 +285,19 @@ class Turns:
         """A decided card was edited to show its decision (or never posted): the edit it
         owed is settled, and no scan redoes it."""
         await self.approvals.card_edited(job_id, call_id)
+
+    async def record_feedback(
+        self,
+        job_id: str,
+        *,
+        value: Literal["positive", "negative"],
+        by: str,
+        message_ts: str | None,
+    ) -> bool:
+        """A click on the feedback buttons of ``job_id``'s answer, into its trace if the
+        trace still exists (an old answer's is kept: nothing is created); whether written."""
+        entry = FeedbackEntry(at=time.time(), value=value, by=by, message_ts=message_ts)
+        return await append_if_traced(self.redis, self.keys, job_id, entry)
 
     # -- what the edge reads --------------------------------------------------------
 
@@ -542,6 +560,9 @@ class Turns:
             await self.jobs.save(record, status, fence=fence, via=None, **update)
             follow = await self.jobs.create(
                 record.thread, requester=record.requester, limits=record.limits
+            )
+            await RecentJobs(self.redis, self.keys).add(
+                follow.id, requester=record.requester, at=follow.created_at
             )
             log.info("job %s ended with replies pending; %s takes them", record.id, follow.id)
             return follow.id

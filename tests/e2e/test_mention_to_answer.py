@@ -61,7 +61,8 @@ async def test_mention_runs_a_tool_and_answers_in_the_thread(
     assert posts[0]["thread_ts"] == event["ts"] and posts[0]["text"].startswith("Working")
     final = next(p for p in posts if p.get("text") == answer)
     assert final["thread_ts"] == event["ts"]
-    assert final["blocks"] == [{"type": "markdown", "text": answer}]
+    assert final["blocks"][0] == {"type": "markdown", "text": answer}
+    assert [b["type"] for b in final["blocks"][1:]] == ["context_actions"]  # 👍/👎
     # The tool ran as a real process and its output reached the model.
     second = model.requests[1].messages
     assert any(m.get("role") == "tool" and "checked web-03" in m["content"] for m in second)

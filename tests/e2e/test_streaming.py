@@ -129,10 +129,14 @@ def bot_messages(slack: FakeSlack, thread_ts: str) -> list[HeldMessage]:
 
 def holding(slack: FakeSlack, thread_ts: str, text: str) -> list[HeldMessage]:
     """The bot's messages in the thread rendering the answer ``text``: all of it in ``text``
-    (Slack-escaped) and in one ``markdown`` block."""
+    (Slack-escaped) and in one ``markdown`` block, then the feedback buttons."""
     block = [{"type": "markdown", "text": text}]
     return [
-        m for m in bot_messages(slack, thread_ts) if unescape(m.text) == text and m.blocks == block
+        m
+        for m in bot_messages(slack, thread_ts)
+        if unescape(m.text) == text
+        and (m.blocks or [])[:1] == block
+        and [b["type"] for b in (m.blocks or [])[1:]] == ["context_actions"]
     ]
 
 

@@ -432,6 +432,9 @@
           if (e && e.type === "button") return button(e, block.block_id);
           return '<span class="unsupported">[' + esc((e && e.type) || "element") + "]</span>";
         }).join("") + "</div>";
+      case "context_actions": // feedback.js: the answer's feedback buttons
+        if (root.opsloopFeedback) return root.opsloopFeedback.render(block);
+        return '<div class="block unsupported"' + id + ">Unsupported block: context_actions</div>";
       case "divider":
         return '<hr class="block divider"' + id + ">";
       case "header":
@@ -562,10 +565,13 @@
   }
 
   function contentHtml(msg) {
+    var extra = root.opsloopTasks; // tasks.js: a chunk stream's task cards, a message's files
+    if (extra && msg.stream) return extra.stream(msg) + extra.files(msg);
     if (msg.streamed && (!msg.blocks || !msg.blocks.length)) {
       return '<div class="block markdown">' + markdown(msg.text) + "</div>";
     }
-    return render(msg.blocks, msg.text);
+    var attached = root.opsloopShortcut ? root.opsloopShortcut.attachments(msg) : ""; // shortcut.js
+    return render(msg.blocks, msg.text) + attached + (extra ? extra.files(msg) : "");
   }
 
   function replyInfo() {
@@ -607,6 +613,7 @@
         (n === 1 ? " reply" : " replies") + '</button><span class="last-reply">last at ' +
         esc(clock(replies.last.get(msg.ts))) + "</span>";
     }
+    if (root.opsloopShortcut) html += root.opsloopShortcut.menu(msg); // shortcut.js: "⋯"
     el.innerHTML = html + "</div>";
     return el;
   }
