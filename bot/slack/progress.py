@@ -51,8 +51,9 @@ from bot.slack.blockkit import Message
 from bot.slack.blocks import Progress, ToolLine, ending_message, with_narration
 from bot.slack.blocks import status_message as status_blocks
 from bot.slack.files import ANSWER_FILE_AFTER, ANSWER_FILENAME, post_file, summary
+from bot.slack.job_stream import JobStream
 from bot.slack.outputs import CUT_AFTER, with_output_buttons
-from bot.slack.streaming import AnswerStream, JobStream, Pacing, StatusSwitch, ThreadStatus
+from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
 from bot.slack.tasks import DISPLAY_MODES, TASK_CARDS, WAITING_FOR_APPROVAL, task_title
 from bot.slack.updates import RateLimited, UpdateBudget
 from bot.store.jobs import JobRecord

@@ -25,11 +25,9 @@ never raise. Memory is bounded by ``max_chars`` (one message's worth: the final 
 made by the caller, posts anything longer as further messages) and every mode change is one
 way, so the number of calls is bounded by the pace and the response's duration.
 
-``JobStream`` is a job run's tool steps as task cards (``chunks``: ``task_update`` per call,
-``markdown_text`` for the notes between them; ``bot.slack.tasks`` builds them) in one chat
-stream opened at the run's first step, with the same pacing and the same one-way fallbacks
-(an expired stream is edited on its ``ts``; a refused ``chat.startStream`` turns task cards
-off for the process and shows the steps in an edited message).
+``PacedWorker`` is that worker, shared with ``bot.slack.job_stream.JobStream`` (a job run's
+tool steps as task cards in one chat stream opened at the run's first step, with the same
+pacing and the same one-way fallbacks).
 
 ``ThreadStatus`` keeps ``assistant.threads.setStatus`` up to date (paced, newest wins) and
 turns the process-wide :class:`StatusSwitch` off at the first failure.
@@ -41,7 +39,6 @@ import asyncio
 import enum
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -49,18 +46,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.ports import Clock, LoopClock, TimerHandle
 from bot.slack.answers import partial_answer
 from bot.slack.blockkit import MAX_MARKDOWN
-from bot.slack.tasks import (
-    CHUNK_REFUSALS,
-    DISPLAY_MODES,
-    PLAN_DONE,
-    PLAN_TITLE,
-    TASK_CARDS,
-    TaskCards,
-    TaskStatus,
-    Timeline,
-    markdown_chunk,
-    plan_chunk,
-)
 from bot.slack.updates import UpdateBudget
 
 log = logging.getLogger(__name__)
@@ -94,7 +79,69 @@ def error_code(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-class AnswerStream:
+class PacedWorker:
+    """The worker both streams share: one task per stream that runs ``_step`` whenever
+    something changed (``_poke``) or the delay ``_step`` asked for has passed, and
+    winds up when ``_step`` has nothing left to do once ``_closing`` is set.
+    ``quiet`` returns once it waits for news (tests step the clock between these)."""
+
+    channel: str
+    mode: Mode
+    _clock: Clock
+    _closing: bool
+    _what = "the response"  # for the log, "showing … in <channel> failed"
+
+    def _init_worker(self) -> None:
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def quiet(self) -> None:
+        """Return once the worker waits for news."""
+        await self._idle.wait()
+
+    def _poke(self) -> None:
+        self._idle.clear()
+        self._wake.set()
+        if self._task is None:
+            try:
+                self._task = asyncio.create_task(self._work(), name=f"stream {self.channel}")
+            except RuntimeError:  # no running loop: nothing can be shown
+                log.warning("no event loop for showing %s in %s", self._what, self.channel)
+                self.mode = Mode.OFF
+                self._idle.set()
+
+    async def _step(self) -> float | None:
+        """Do what is due; the delay until the next step, 0 at once, None: wait for news."""
+        raise NotImplementedError
+
+    async def _work(self) -> None:
+        try:
+            while True:
+                self._wake.clear()
+                delay = await self._step()
+                if delay == 0:
+                    continue
+                if delay is None and self._closing:
+                    return
+                timer: TimerHandle | None = None
+                if delay is not None:
+                    timer = self._clock.call_later(delay, self._poke)
+                try:
+                    if not self._wake.is_set():
+                        self._idle.set()
+                    await self._wake.wait()
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+        except Exception:
+            log.exception("showing %s in %s failed", self._what, self.channel)
+        finally:
+            self._idle.set()
+
+
+class AnswerStream(PacedWorker):
     """Shows one response's text in the thread as it arrives (see the module's docstring)."""
 
     def __init__(
@@ -135,10 +182,7 @@ class AnswerStream:
         self._ended = False  # the response is complete: no more text is coming
         self._closing = False
         self._final = False
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._task: asyncio.Task[None] | None = None
+        self._init_worker()
 
     @property
     def text(self) -> str:
@@ -218,46 +262,7 @@ class AnswerStream:
         self._text = ""  # wound up: the text is Slack's (or the caller's) now
         return self.ts if self.shown else None
 
-    async def quiet(self) -> None:
-        """Return once the worker waits for news (tests step the clock between these)."""
-        await self._idle.wait()
-
-    def _poke(self) -> None:
-        self._idle.clear()
-        self._wake.set()
-        if self._task is None:
-            try:
-                self._task = asyncio.create_task(self._work(), name=f"stream {self.channel}")
-            except RuntimeError:  # no running loop: nothing can be shown
-                log.warning("no event loop for the stream in %s", self.channel)
-                self.mode = Mode.OFF
-                self._idle.set()
-
     # -- the worker ------------------------------------------------------------------------
-
-    async def _work(self) -> None:
-        try:
-            while True:
-                self._wake.clear()
-                delay = await self._step()
-                if delay == 0:
-                    continue
-                if delay is None and self._closing:
-                    return
-                timer: TimerHandle | None = None
-                if delay is not None:
-                    timer = self._clock.call_later(delay, self._poke)
-                try:
-                    if not self._wake.is_set():
-                        self._idle.set()
-                    await self._wake.wait()
-                finally:
-                    if timer is not None:
-                        timer.cancel()
-        except Exception:
-            log.exception("showing the response in %s failed", self.channel)
-        finally:
-            self._idle.set()
 
     async def _step(self) -> float | None:
         """Make at most one call. Returns 0 to go on at once, a delay to wait (or news), or
@@ -495,270 +500,3 @@ class ThreadStatus:
                     return
         except Exception:
             log.exception("the thread status in %s failed", self.channel)
-
-
-class JobStream:
-    """A job run's steps as task cards and the notes between them, in one chat stream.
-
-    ``JobProgress`` opens one at the run's first tool call (a job that runs no tool streams
-    as :class:`AnswerStream` does) and feeds it every step change and the short notes the
-    model wrote before its tool calls; the final answer is a message of its own (as without
-    task cards: whole in ``text``, its feedback buttons, a file when very long). A pause for
-    approval, an ending or a failure winds it up (the next run, maybe in another process,
-    opens a new one below the card). Modes as :class:`AnswerStream`'s:
-    ``waiting`` → ``stream`` (``chat.startStream`` with ``chunks`` and ``task_display_mode``,
-    paced ``chat.appendStream`` with the chunks not sent yet, ``chat.stopStream``) →
-    ``update`` (the stream expired or refused an append: its ``ts`` is edited through the
-    budget with the timeline as Markdown), or ``off``. A ``chat.startStream`` Slack refuses
-    turns :data:`~bot.slack.tasks.TASK_CARDS` off for the process (logged once: later jobs
-    stream as before) and this run shows its steps in a plain message it edits.
-    """
-
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        budget: UpdateBudget,
-        *,
-        channel: str,
-        thread_ts: str,
-        recipient_user_id: str,
-        recipient_team_id: str,
-        display: str = "timeline",
-        cards: TaskCards | None = None,
-        pacing: Pacing | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        self._client = client
-        self._budget = budget
-        self.channel = channel
-        self.thread_ts = thread_ts
-        self._recipients = (recipient_user_id, recipient_team_id)
-        self.display = display if display in DISPLAY_MODES else "timeline"
-        self.cards = cards or TASK_CARDS
-        self.pacing = pacing or Pacing()
-        self._clock: Clock = clock or LoopClock()
-        self.mode = Mode.WAITING
-        self.ts: str | None = None
-        self.fallback: str | None = None
-        self.timeline = Timeline()
-        self.dropped = 0
-        self._last_call: float | None = None
-        self._closing = False
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._task: asyncio.Task[None] | None = None
-
-    # -- the event side: synchronous, never raises ---------------------------------------
-
-    def text(self, text: str) -> None:
-        """A note between steps (Markdown), bounded by ``pacing.max_chars`` in all."""
-        if self._closing or not text.strip():
-            return
-        room = self.pacing.max_chars - self.timeline.chars
-        if room < len(text):
-            self.dropped += len(text) - max(room, 0)
-        if room <= 0:
-            return
-        self.timeline.add_text(text[:room])
-        self._poke()
-
-    def step(
-        self,
-        call_id: str,
-        *,
-        title: str | None = None,
-        status: TaskStatus,
-        details: str | None = None,
-        output: str | None = None,
-    ) -> None:
-        """Add or update the task card of one call."""
-        if self._closing:
-            return
-        self.timeline.step(call_id, title=title, status=status, details=details, output=output)
-        self._poke()
-
-    def has_step(self, call_id: str) -> bool:
-        return call_id in self.timeline.steps
-
-    async def settle(self) -> None:
-        """Wind up (the rest sent, the stream stopped) and wait for it."""
-        if not self._closing:
-            self._closing = True
-            self._poke()
-        task = self._task
-        if task is not None:
-            done, _ = await asyncio.wait({task}, timeout=SETTLE_TIMEOUT_S)
-            if not done:
-                log.warning("job stream in %s did not wind up in time; cancelled", self.channel)
-                task.cancel()
-
-    async def quiet(self) -> None:
-        """Return once the worker waits for news."""
-        await self._idle.wait()
-
-    def _poke(self) -> None:
-        self._idle.clear()
-        self._wake.set()
-        if self._task is None:
-            try:
-                self._task = asyncio.create_task(self._work(), name=f"job stream {self.channel}")
-            except RuntimeError:
-                log.warning("no event loop for the job stream in %s", self.channel)
-                self.mode = Mode.OFF
-                self._idle.set()
-
-    # -- the worker ------------------------------------------------------------------------
-
-    async def _work(self) -> None:
-        try:
-            while True:
-                self._wake.clear()
-                delay = await self._step()
-                if delay == 0:
-                    continue
-                if delay is None and self._closing:
-                    return
-                timer: TimerHandle | None = None
-                if delay is not None:
-                    timer = self._clock.call_later(delay, self._poke)
-                try:
-                    if not self._wake.is_set():
-                        self._idle.set()
-                    await self._wake.wait()
-                finally:
-                    if timer is not None:
-                        timer.cancel()
-        except Exception:
-            log.exception("showing the job's steps in %s failed", self.channel)
-        finally:
-            self._idle.set()
-
-    async def _step(self) -> float | None:
-        match self.mode:
-            case Mode.WAITING:
-                if not self.timeline.unsent:
-                    return None
-                if not self.timeline.steps and not self._closing:
-                    return None  # a note alone waits for its step: the stream opens on a card
-                await self._begin()
-                return 0
-            case Mode.STREAM:
-                return await self._step_stream()
-            case Mode.UPDATE:
-                return self._step_update()
-        return None
-
-    async def _begin(self) -> None:
-        user, team = self._recipients
-        chunks = self.timeline.take()
-        if self.display == "plan":
-            chunks.insert(0, plan_chunk(PLAN_TITLE))
-        now = self._clock.monotonic()
-        try:
-            response = await self._client.chat_startStream(
-                channel=self.channel,
-                thread_ts=self.thread_ts,
-                recipient_user_id=user,
-                recipient_team_id=team,
-                chunks=chunks,
-                task_display_mode=self.display,
-            )
-        except Exception as exc:
-            code = error_code(exc)
-            self.fallback = f"chat.startStream: {code}"
-            if isinstance(exc, SlackApiError):
-                self.cards.turn_off(f"chat.startStream with chunks: {code}")
-            log.info("no task cards in %s (%s): editing a message", self.channel, code)
-            await self._post_plain(now)
-            return
-        self.ts, self.mode, self._last_call = str(response["ts"]), Mode.STREAM, now
-
-    async def _post_plain(self, now: float) -> None:
-        message = partial_answer(self.timeline.render())
-        try:
-            response = await self._client.chat_postMessage(
-                channel=self.channel,
-                thread_ts=self.thread_ts,
-                text=message.text,
-                blocks=message.blocks,
-            )
-        except Exception as exc:
-            log.warning("could not show the steps in %s: %s", self.channel, error_code(exc))
-            self.mode = Mode.OFF
-            return
-        self.ts, self.mode, self._last_call = str(response["ts"]), Mode.UPDATE, now
-        self.timeline.unsent.clear()
-
-    async def _step_stream(self) -> float | None:
-        if self._closing:
-            chunks = self.timeline.take()
-            while self.timeline.unsent:  # more than one call's text: append it first
-                if not await self._append(chunks):
-                    return 0
-                chunks = self.timeline.take()
-            if await self._stop(chunks):
-                return None
-            self._to_update(self.fallback or "chat.stopStream failed")
-            return 0
-        if not self.timeline.unsent:
-            return None
-        now = self._clock.monotonic()
-        if (
-            self._last_call is not None
-            and (wait := self._last_call + self.pacing.append_every_s - now) > 0
-        ):
-            return wait
-        self._last_call = now
-        await self._append(self.timeline.take())
-        return 0
-
-    async def _append(self, chunks: list[dict[str, Any]]) -> bool:
-        try:
-            await self._client.chat_appendStream(
-                channel=self.channel, ts=str(self.ts), chunks=chunks
-            )
-        except Exception as exc:
-            code = error_code(exc)
-            log.info("chat.appendStream in %s failed (%s): editing instead", self.channel, code)
-            if code in CHUNK_REFUSALS:
-                self.cards.turn_off(f"chat.appendStream with chunks: {code}")
-            if code != NOT_STREAMING:
-                await self._stop([])
-            self._to_update(f"chat.appendStream: {code}")
-            return False
-        return True
-
-    async def _stop(self, chunks: list[dict[str, Any]]) -> bool:
-        if self.display == "plan":
-            chunks = [*chunks, plan_chunk(PLAN_DONE)]
-        try:
-            await self._client.chat_stopStream(
-                channel=self.channel,
-                ts=str(self.ts),
-                chunks=chunks or None,
-            )
-        except Exception as exc:
-            code = error_code(exc)
-            log.info("chat.stopStream in %s failed: %s", self.channel, code)
-            self.fallback = self.fallback or f"chat.stopStream: {code}"
-            return False
-        return True
-
-    def _to_update(self, reason: str) -> None:
-        self.mode = Mode.UPDATE
-        self.fallback = self.fallback or reason
-        self.timeline.unsent = [markdown_chunk("")]  # owed: one edit with everything
-
-    def _step_update(self) -> float | None:
-        if not self.timeline.unsent:
-            return None
-        now = self._clock.monotonic()
-        if not self._closing and self._last_call is not None:
-            wait = self._last_call + self.pacing.append_every_s - now
-            if wait > 0:
-                return wait
-        self.timeline.unsent.clear()
-        self._budget.submit(self.channel, str(self.ts), partial_answer(self.timeline.render()))
-        self._last_call = now
-        return 0
