@@ -19,7 +19,7 @@
 - ``kube_api``: a Kubernetes API server (TLS, tokens, client certificates) for the calls
   the kubernetes pack and the real ``kubectl`` make; ``kube_wire`` what it speaks
   (selectors, patches, Table printing, OpenAPI, TLS material); ``kube_fixtures`` the
-  incident cluster it serves, as data.
+  builders of the clusters it serves and ``kube_incident`` the incident cluster, as data.
 
 Who imports this package: ``bot/dev`` (the dev mode, and so ``opsloop dev``), tests and
 benchmarks. No product layer does (agent, llm, store, tools, turns, slack, the service's

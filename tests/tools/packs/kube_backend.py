@@ -30,7 +30,7 @@ import pytest
 
 from bot.agent.tools import CallContext
 from bot.emulator.kube_api import FakeKube
-from bot.emulator.kube_fixtures import incident_cluster
+from bot.emulator.kube_incident import incident_cluster
 from tools.packs import Pack
 from tools.packs.k8s_client import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, Kube
 from tools.packs.kubernetes import make_pack

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bot.emulator.kube_api import FakeKube
-from bot.emulator.kube_fixtures import API_PREVIOUS_LOG
+from bot.emulator.kube_incident import API_PREVIOUS_LOG
 from tests.tools.packs.kube_backend import (  # noqa: F401  (the *_fixture: fixtures)
     call,
     kube_fixture,

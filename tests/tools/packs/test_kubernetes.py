@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from bot.agent.tools import CallContext, Previewable
 from bot.emulator.kube_api import FakeKube
-from bot.emulator.kube_fixtures import incident_cluster
+from bot.emulator.kube_incident import incident_cluster
 from bot.errors import ConfigError, ToolError
 from tests.tools.packs.golden import GOLDEN_DIR, assert_golden
 from tests.tools.packs.kube_backend import (  # noqa: F401  (the *_fixture: fixtures)
