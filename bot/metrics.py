@@ -67,6 +67,11 @@ class Metrics:
             ["value"],
             registry=self.registry,
         )
+        self.otel_spans_dropped = Counter(
+            "opsloop_otel_spans_dropped",
+            "OpenTelemetry spans lost: the export queue was full or the export failed",
+            registry=self.registry,
+        )
         self.redis_up = Gauge(
             "opsloop_redis_up", "1 when Redis answered this scrape", registry=self.registry
         )

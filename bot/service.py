@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.metadata
 import logging
 import signal
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from bot.llm.http import make_http_client
 from bot.metrics import Metrics, watch_loop
 from bot.prompts import load_system_prompt
 from bot.scrub import Scrubber
-from bot.settings import BotSettings, LLMSettings, ToolSettings
+from bot.settings import BotSettings, LLMSettings, ToolSettings, load_otel_settings
 from bot.slack import http
 from bot.slack.actions import Interactions
 from bot.slack.app import Messages, bolt_app
@@ -57,6 +58,7 @@ from bot.slack.updates import UpdateBudget
 from bot.store.connection import connect, durability
 from bot.store.jobs import JobLimits
 from bot.store.keys import Keys
+from bot.turns.otel import Tracing, TracingOptions, open_tracing
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import Scanner
 from bot.turns.tasks import Tasks
@@ -101,6 +103,27 @@ def slack_client(
     )
 
 
+def tracing_for(bot: BotSettings, llm: LLMSettings, metrics: Metrics) -> Tracing | None:
+    """The process's OpenTelemetry tracer when the ``OTEL_*`` environment asks for one
+    (``OtelSettings.enabled``); None, and nothing of the SDK imported, otherwise."""
+    otel = load_otel_settings()
+    try:
+        version = importlib.metadata.version("opsloop")
+    except importlib.metadata.PackageNotFoundError:
+        version = ""
+    options = TracingOptions(
+        capture_content=otel.capture_content,
+        provider=llm.provider,
+        service_version=version,
+        scrub=Scrubber([*bot.secret_values(), *llm.secret_values()]),
+        on_dropped=metrics.otel_spans_dropped.inc,
+    )
+    tracing = open_tracing(otel.enabled, options)
+    if tracing is not None:
+        log.info("OpenTelemetry traces on (GenAI semantic conventions 1.41.0)")
+    return tracing
+
+
 def require(bot: BotSettings, *, socket: bool) -> None:
     """``ConfigError`` unless the settings name what the transport needs."""
     if socket:  # Socket Mode: no request URL, so no signing secret
@@ -127,6 +150,7 @@ class Service:
     tasks: Tasks
     scanner: Scanner
     app: AsyncApp
+    tracing: Tracing | None = None
 
     @classmethod
     async def open(
@@ -152,6 +176,7 @@ class Service:
         budget = UpdateBudget(budget_sender(client))
         TASK_CARDS.configure(bot.task_display)  # OPSLOOP_TASK_DISPLAY, the process's
         metrics = Metrics()
+        tracing = tracing_for(bot, llm, metrics)
         identity = BotIdentity(client)
         policy = ApproverPolicy(
             bot.approver_ids,
@@ -177,6 +202,7 @@ class Service:
                 approval_channel=bot.approval_channel,
                 metrics=metrics,
             ),
+            tracing=tracing,
         )
         tasks = Tasks(turns, drain_s=bot.drain_s)
         interactions = Interactions(
@@ -225,6 +251,7 @@ class Service:
             tasks=tasks,
             scanner=scanner,
             app=app,
+            tracing=tracing,
         )
 
     def start(self) -> None:
@@ -251,6 +278,8 @@ class Service:
         await self.session.close()
         await self.model_http.aclose()
         await self.redis.aclose()
+        if self.tracing is not None:  # the last spans, within its bounded wait
+            await asyncio.to_thread(self.tracing.close)
 
 
 def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:

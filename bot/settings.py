@@ -282,3 +282,35 @@ def load_bot_settings() -> BotSettings:
         return BotSettings()
     except ValidationError as exc:
         raise ConfigError(_first_error(exc)) from None
+
+
+class OtelSettings(BaseSettings):
+    """Whether jobs are traced with OpenTelemetry (README "OpenTelemetry traces"). The SDK
+    reads the rest of the standard ``OTEL_*`` variables itself (headers, service name,
+    resource attributes, sampler, batch queue); these are the ones that switch it on."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
+
+    endpoint: str | None = Field(None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    traces_endpoint: str | None = Field(None, alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    traces_exporter: str | None = Field(None, alias="OTEL_TRACES_EXPORTER")
+    sdk_disabled: bool = Field(False, alias="OTEL_SDK_DISABLED")
+    capture_content: bool = Field(False, alias="OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+
+    @property
+    def enabled(self) -> bool:
+        """On when ``OTEL_TRACES_EXPORTER=otlp``, or when an OTLP endpoint is set and
+        ``OTEL_TRACES_EXPORTER`` does not say otherwise; never with ``OTEL_SDK_DISABLED``."""
+        if self.sdk_disabled:
+            return False
+        exporters = {e.strip() for e in (self.traces_exporter or "").split(",") if e.strip()}
+        if exporters:
+            return "otlp" in exporters
+        return bool(self.endpoint or self.traces_endpoint)
+
+
+def load_otel_settings() -> OtelSettings:
+    try:
+        return OtelSettings()
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None

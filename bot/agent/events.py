@@ -33,6 +33,9 @@ class ModelRequestEnd:
     # An answer stopped at the output limit: the loop asks the model to continue it, and
     # the next response is the rest of the same answer.
     cut_off: bool = False
+    # What the provider said of its answer (None when it did not say, or failed).
+    response_model: str | None = None
+    finish_reason: str | None = None
     kind: Literal["model_request_end"] = "model_request_end"
 
 

@@ -183,6 +183,7 @@ async def model_step(self: StepHost) -> ModelResponse | Finish:
                 response.usage,
                 calls=len(response.tool_calls),
                 cut=cut_off(response) and not response.tool_calls,
+                response=response,
             )
         if response.is_empty:
             if self.config.recovery.on_empty(empty_retries) is Action.RETRY:
@@ -225,6 +226,7 @@ def emit_end(
     calls: int = 0,
     error: str | None = None,
     cut: bool = False,
+    response: ModelResponse | None = None,
 ) -> None:
     self.emit(
         ModelRequestEnd(
@@ -235,5 +237,7 @@ def emit_end(
             tool_calls=calls,
             error=error,
             cut_off=cut,
+            response_model=response.model if response is not None else None,
+            finish_reason=response.finish_reason if response is not None else None,
         )
     )

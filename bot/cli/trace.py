@@ -48,6 +48,7 @@ from bot.store.trace import (
     TraceEntry,
     read_trace,
 )
+from bot.turns.otel import trace_id_of
 
 MAX_JOBS = 200  # a thread's jobs shown at most (the newest)
 ARGS_CHARS = 300  # a tool call's arguments on one line of the human rendering
@@ -299,6 +300,8 @@ def render(trace: JobTrace) -> str:
         f"  thread {job.channel} {job.thread_ts} · started by {job.requester} · "
         f"{_date(job.created_at)}"
     )
+    if (otel_trace := trace_id_of(job)) is not None:
+        lines.append(f"  OpenTelemetry trace {otel_trace}")
     tools = f" ({', '.join(progress.tools_used)})" if progress.tools_used else ""
     lines.append(
         f"  {progress.iterations} of {limits.max_iterations} iterations · "
@@ -350,6 +353,7 @@ def render_json(trace: JobTrace) -> str:
             "approvals": [a.model_dump(mode="json") for a in trace.approvals.values()],
             "messages": {ts: trace.said[ts] for ts in taken if ts in trace.said},
             "malformed_calls": malformed,
+            "otel_trace_id": trace_id_of(trace.job),
         },
         ensure_ascii=False,
     )

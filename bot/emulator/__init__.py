@@ -16,6 +16,8 @@
 - ``redis_server``: a ``redis-server`` child process on a free loopback port.
 - ``postgres_server``: a real PostgreSQL 15 primary and its streaming standby, for the
   postgres pack's tests and benchmark.
+- ``otlp_receiver``: an OTLP/HTTP trace receiver on loopback that decodes the protobuf
+  export requests, for the OpenTelemetry tests and benchmark.
 - ``kube_api``: a Kubernetes API server (TLS, tokens, client certificates) for the calls
   the kubernetes pack and the real ``kubectl`` make; ``kube_wire`` what it speaks
   (selectors, patches, Table printing, OpenAPI, TLS material); ``kube_fixtures`` the

@@ -176,6 +176,7 @@ def ending_message(
     active_s: float | None = None,
     deadline_s: float | None = None,
     tools: Sequence[ToolLine] = (),
+    trace_id: str | None = None,
 ) -> Message:
     """What happened, in words, with the stop reason code in ``text`` (not for ``completed``).
 
@@ -184,7 +185,7 @@ def ending_message(
     (``cancelled``); ``continue_label`` (e.g. ``Continue (+20 iterations)``) adds the
     ``Continue`` button on a limit ending. ``tools`` (what ran, with its result in one
     line) stay listed; the context names the job id ``opsloop trace`` takes, for the
-    review after the incident.
+    review after the incident, and the job's OpenTelemetry ``trace_id`` when it is traced.
     """
     R = StopReason
     deadline = ""
@@ -214,7 +215,10 @@ def ending_message(
     blocks = [section_block(headline)]
     if lines := tool_lines(tools):
         blocks.append(section_block("\n".join(lines)))
-    blocks.append(context_block(f"{stats} · job `{escaped(job_id, 200)}`"))
+    job_line = f"{stats} · job `{escaped(job_id, 200)}`"
+    if trace_id:
+        job_line += f" · trace `{escaped(trace_id, 64)}`"
+    blocks.append(context_block(job_line))
     if reason in _LIMITS and continue_label:
         value = f"{job_id}|{continue_seq}"
         button = button_element(continue_label, ACTION_CONTINUE, value, style="primary")

@@ -57,6 +57,7 @@ from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
 from bot.slack.tasks import DISPLAY_MODES, TASK_CARDS, WAITING_FOR_APPROVAL, task_title
 from bot.slack.updates import RateLimited, UpdateBudget
 from bot.store.jobs import JobRecord
+from bot.turns.otel import trace_id_of
 
 log = logging.getLogger(__name__)
 
@@ -436,6 +437,7 @@ class JobProgress:
                 active_s=result.state.active_time_s,
                 deadline_s=limits.deadline_s,
                 tools=self._lines,
+                trace_id=trace_id_of(self.record),
             )
             ending = with_output_buttons(ending, self.record.id, self._cut)
             if self.status_ts is not None:

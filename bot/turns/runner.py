@@ -72,6 +72,7 @@ from bot.turns import controls
 from bot.turns.context import ThreadContext, context_first
 from bot.turns.controls import Authorize, StopOutcome, Verdict, stopped_by
 from bot.turns.facts import job_facts
+from bot.turns.otel import RunTrace, Tracing, with_trace_id
 from bot.turns.ports import JobSink, Notifier
 from tools.registry import Catalog
 
@@ -117,6 +118,8 @@ class Turns:
     consumer: str = field(default_factory=process_name)
     # How jobs show themselves in their threads (the Slack edge); None: headless.
     notifier: Notifier | None = None
+    # OpenTelemetry traces of the runs (``bot.turns.otel``); None: off.
+    tracing: Tracing | None = None
 
     jobs: Jobs = field(init=False)
     leases: Leases = field(init=False)
@@ -218,6 +221,8 @@ class Turns:
                 if decision is None:
                     return None
                 via = "decision"
+            if self.tracing is not None:  # the job's trace id, for its status message too
+                record = with_trace_id(record)
             notifier = self.notifier
             reporter = await notifier.open_progress(record) if notifier is not None else None
             meta = record.meta
@@ -425,6 +430,10 @@ class Turns:
         record = await self._report_unknown_outcomes(record)
         tools = with_read_artifact(self._tools_of(record), RedisArtifacts(self.redis, self.keys))
         trace = TraceRecorder(record.id)
+        spans: RunTrace | None = None
+        if self.tracing is not None:  # this run's span context goes into ``meta``
+            spans = self.tracing.run(record, decision, tools)
+            record = spans.record
         session = JobSession(
             self.redis,
             self.keys,
@@ -471,6 +480,8 @@ class Turns:
             on_visible_ack=visible_ack,
         )
         sinks: list[EventSink] = [trace]
+        if spans is not None:
+            sinks.append(spans)
         if reporter is not None:
             sinks.append(reporter)
 
@@ -517,6 +528,8 @@ class Turns:
             except StoreError:
                 log.warning("job %s: the end of its trace was not written", record.id)
         finally:
+            if spans is not None:
+                spans.abandon()  # a run that raised (handed over, the store failed)
             if reporter is not None:
                 await reporter.aclose()
         return result, follow

@@ -100,8 +100,22 @@ async def test_events_of_a_tool_step_then_an_answer(clock: FakeClock, recorder: 
     ]
     ends = recorder.of("model_request_end")
     assert ends == [
-        ModelRequestEnd(iteration=1, model="scripted", duration_s=1.5, usage=U1, tool_calls=1),
-        ModelRequestEnd(iteration=2, model="scripted", duration_s=0.5, usage=U2, tool_calls=0),
+        ModelRequestEnd(
+            iteration=1,
+            model="scripted",
+            duration_s=1.5,
+            usage=U1,
+            tool_calls=1,
+            finish_reason="tool_calls",
+        ),
+        ModelRequestEnd(
+            iteration=2,
+            model="scripted",
+            duration_s=0.5,
+            usage=U2,
+            tool_calls=0,
+            finish_reason="stop",
+        ),
     ]
     assert recorder.of("tool_start") == [
         ToolStart(call_id="c1", tool="load", arguments={"host": "web-03"})
