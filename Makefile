@@ -40,6 +40,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_kubernetes.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_postgres.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/takeover.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/otel.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info
