@@ -5,7 +5,6 @@ model writes between them; the paced worker, modes and pacing it shares with
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -16,7 +15,6 @@ from bot.agent.ports import Clock, LoopClock
 from bot.slack.answers import partial_answer
 from bot.slack.streaming import (
     NOT_STREAMING,
-    SETTLE_TIMEOUT_S,
     Mode,
     PacedWorker,
     Pacing,
@@ -127,12 +125,7 @@ class JobStream(PacedWorker):
         if not self._closing:
             self._closing = True
             self._poke()
-        task = self._task
-        if task is not None:
-            done, _ = await asyncio.wait({task}, timeout=SETTLE_TIMEOUT_S)
-            if not done:
-                log.warning("job stream in %s did not wind up in time; cancelled", self.channel)
-                task.cancel()
+        await self._wound_up()
 
     # -- the worker ------------------------------------------------------------------------
 
@@ -172,24 +165,15 @@ class JobStream(PacedWorker):
             if isinstance(exc, SlackApiError):
                 self.cards.turn_off(f"chat.startStream with chunks: {code}")
             log.info("no task cards in %s (%s): editing a message", self.channel, code)
-            await self._post_plain(now)
+            await self._show_plain(now)
             return
         self.ts, self.mode, self._last_call = str(response["ts"]), Mode.STREAM, now
 
-    async def _post_plain(self, now: float) -> None:
-        message = partial_answer(self.timeline.render())
-        try:
-            response = await self._client.chat_postMessage(
-                channel=self.channel,
-                thread_ts=self.thread_ts,
-                text=message.text,
-                blocks=message.blocks,
-            )
-        except Exception as exc:
-            log.warning("could not show the steps in %s: %s", self.channel, error_code(exc))
-            self.mode = Mode.OFF
+    async def _show_plain(self, now: float) -> None:
+        ts = await self._post_plain(self.timeline.render())
+        if ts is None:
             return
-        self.ts, self.mode, self._last_call = str(response["ts"]), Mode.UPDATE, now
+        self.ts, self.mode, self._last_call = ts, Mode.UPDATE, now
         self.timeline.unsent.clear()
 
     async def _step_stream(self) -> float | None:

@@ -86,7 +86,9 @@ class PacedWorker:
     ``quiet`` returns once it waits for news (tests step the clock between these)."""
 
     channel: str
+    thread_ts: str
     mode: Mode
+    _client: AsyncWebClient
     _clock: Clock
     _closing: bool
     _what = "the response"  # for the log, "showing … in <channel> failed"
@@ -100,6 +102,32 @@ class PacedWorker:
     async def quiet(self) -> None:
         """Return once the worker waits for news."""
         await self._idle.wait()
+
+    async def _wound_up(self) -> None:
+        """Wait for the worker to finish winding up (``_closing`` set), bounded."""
+        task = self._task
+        if task is not None:
+            done, _ = await asyncio.wait({task}, timeout=SETTLE_TIMEOUT_S)
+            if not done:
+                log.warning("showing %s in %s did not wind up in time", self._what, self.channel)
+                task.cancel()
+
+    async def _post_plain(self, text: str) -> str | None:
+        """Post ``text`` as a plain message in the thread (what is edited when streaming
+        is not to be had); its ts, or None (and mode ``off``) when Slack refuses."""
+        message = partial_answer(text)
+        try:
+            response = await self._client.chat_postMessage(
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                text=message.text,
+                blocks=message.blocks,
+            )
+        except Exception as exc:
+            log.warning("could not show %s in %s: %s", self._what, self.channel, error_code(exc))
+            self.mode = Mode.OFF
+            return None
+        return str(response["ts"])
 
     def _poke(self) -> None:
         self._idle.clear()
@@ -253,12 +281,7 @@ class AnswerStream(PacedWorker):
             self._closing = True
             self._final = final
             self._poke()
-        task = self._task
-        if task is not None:
-            done, _ = await asyncio.wait({task}, timeout=SETTLE_TIMEOUT_S)
-            if not done:
-                log.warning("stream in %s did not wind up in time; cancelled", self.channel)
-                task.cancel()
+        await self._wound_up()
         self._text = ""  # wound up: the text is Slack's (or the caller's) now
         return self.ts if self.shown else None
 
@@ -310,19 +333,9 @@ class AnswerStream(PacedWorker):
             else:
                 self._showing(str(response["ts"]), Mode.STREAM, epoch, len(text), now)
                 return
-        message = partial_answer(text)
-        try:
-            response = await self._client.chat_postMessage(
-                channel=self.channel,
-                thread_ts=self.thread_ts,
-                text=message.text,
-                blocks=message.blocks,
-            )
-        except Exception as exc:
-            log.warning("could not show the response in %s: %s", self.channel, error_code(exc))
-            self.mode = Mode.OFF
-            return
-        self._showing(str(response["ts"]), Mode.UPDATE, epoch, len(text), now)
+        ts = await self._post_plain(text)
+        if ts is not None:
+            self._showing(ts, Mode.UPDATE, epoch, len(text), now)
 
     def _showing(self, ts: str, mode: Mode, epoch: int, sent: int, now: float) -> None:
         self.ts, self.mode = ts, mode
