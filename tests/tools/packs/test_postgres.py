@@ -301,9 +301,8 @@ def silent_port() -> Iterator[int]:
 
 async def test_a_server_that_never_answers(silent_port: int) -> None:
     url = f"postgresql://opsloop_ro:{SECRETS[0]}@127.0.0.1:{silent_port}/shop?sslmode=disable"
-    started = time.monotonic()
-    text = await fails(pack_for(url, connect_timeout=0.5), "pg_locks")
-    assert time.monotonic() - started < 10
+    # A hang guard, not a speed check: the pack's own connect timeout must fire.
+    text = await asyncio.wait_for(fails(pack_for(url, connect_timeout=0.5), "pg_locks"), 30)
     assert "is unreachable: no connection within 0.5s" in text
 
 
