@@ -187,6 +187,8 @@ DEFAULT_SUGGESTED_PROMPTS = (
     "|Which hosts are short on disk or memory?"
 )
 MAX_SUGGESTED_PROMPTS = 4
+DEFAULT_AUDIT_RETENTION_DAYS = 400
+DEFAULT_JOBS_PER_USER_HOUR = 30
 
 
 class BotSettings(BaseSettings):
@@ -218,10 +220,26 @@ class BotSettings(BaseSettings):
     approval_channel: str | None = Field(
         None, alias="OPSLOOP_APPROVAL_CHANNEL", pattern=r"^[CG][A-Z0-9]{1,20}$"
     )
+    audit_retention_days: int = Field(
+        DEFAULT_AUDIT_RETENTION_DAYS, alias="OPSLOOP_AUDIT_RETENTION_DAYS", gt=0, le=36500
+    )
+    audit_channel: str | None = Field(
+        None, alias="OPSLOOP_AUDIT_CHANNEL", pattern=r"^[CG][A-Z0-9]{1,20}$"
+    )
+    daily_token_budget: int | None = Field(None, alias="OPSLOOP_DAILY_TOKEN_BUDGET", gt=0)
+    daily_cost_usd: float | None = Field(None, alias="OPSLOOP_DAILY_COST_USD", gt=0)
+    jobs_per_user_hour: int = Field(
+        DEFAULT_JOBS_PER_USER_HOUR, alias="OPSLOOP_JOBS_PER_USER_HOUR", ge=0
+    )  # 0: no per-person rate
+    prices_file: str | None = Field(None, alias="OPSLOOP_PRICES")
     host: str = Field("0.0.0.0", alias="HOST")
     port: int = Field(DEFAULT_PORT, alias="PORT", gt=0, lt=65536)
 
     @field_validator(
+        "audit_channel",
+        "daily_token_budget",
+        "daily_cost_usd",
+        "prices_file",
         "slack_bot_token",
         "slack_signing_secret",
         "slack_app_token",

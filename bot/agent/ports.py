@@ -188,3 +188,45 @@ class LoopClock:
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
         return asyncio.get_running_loop().call_later(max(delay, 0.0), callback)
+
+
+# -- spend: what model calls cost, and a workspace-wide cap they draw from ---------------
+
+Pricing = Callable[[str, Usage], "float | None"]
+"""The cost in US dollars of one call to the named model with that usage; ``None`` when
+the model's prices are unknown (the call is then counted in tokens only)."""
+
+WORKSPACE_CAP = "the workspace's daily cap"
+"""Named in the ending of a job stopped by a workspace-wide cap (``SpendRefused.detail``
+starts with it is not required, but it must contain it): the Slack layer's Continue then
+raises the workspace's cap for the day instead of the job's budget."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpendHold:
+    """Tokens (and dollars, when priced) set aside for one model call in the cap."""
+
+    tokens: int
+    cost_usd: float | None = None
+    token: str = ""  # opaque to the core: which counters the hold is in (a day)
+
+
+@dataclass(frozen=True, slots=True)
+class SpendRefused:
+    """The cap has no room for the call; ``detail`` says which cap and its figures, and
+    contains ``WORKSPACE_CAP``."""
+
+    detail: str
+
+
+class Spend(Protocol):
+    """A cap shared by every job of the workspace, across processes. ``reserve`` before
+    each model call (atomically: two processes never both get the last room); ``settle``
+    after it with what it really used (0 tokens when it failed without usage). A hold a
+    crash never settles stays charged: the cap errs on the side of spending less."""
+
+    async def reserve(
+        self, *, model: str, tokens: int, cost_usd: float | None
+    ) -> SpendHold | SpendRefused: ...
+
+    async def settle(self, hold: SpendHold, *, tokens: int, cost_usd: float | None) -> None: ...

@@ -19,7 +19,9 @@ ARTIFACT_TTL_S = 7 * 24 * 3600
 JOB_TTL_S = 30 * 24 * 3600  # finished jobs are kept as long as their history
 LEASE_TTL_MS = 15_000
 LEASE_RENEW_S = 5.0
-RECENT_JOBS_MAX = 200  # the newest jobs App Home reads, per person and workspace-wide
+RECENT_JOBS_MAX = 200
+AUDIT_TAG = "{audit}"
+QUOTA_TAG = "{quota}"  # the newest jobs App Home reads, per person and workspace-wide
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,40 @@ class Keys:
     def card_edits(self) -> str:
         """ZSET ``job_id|call_id`` → when to (re)do a decided card's edit, for the scanner."""
         return f"{self.prefix}index:card-edits"
+
+    # -- the audit log (one hash tag: its chain is one sequence) -------------------
+    def audit_outbox(self, tag: str) -> str:
+        """LIST of audit entry JSON staged under ``tag`` (a thread's ``Thread.tag``, or a
+        process-wide key's tag) in the same transaction as the fact they record, until
+        they are chained into the log."""
+        return f"{self.prefix}{tag}:audit:outbox"
+
+    def audit_pending(self) -> str:
+        """ZSET hash tag → when its outbox was last written: outboxes that may hold
+        entries not yet chained (a hint for the scanner)."""
+        return f"{self.prefix}index:audit-outbox"
+
+    def audit_log(self) -> str:
+        """STREAM of chained audit entries (field ``e``: the entry JSON)."""
+        return f"{self.prefix}{AUDIT_TAG}:log"
+
+    def audit_head(self) -> str:
+        """STRING ``seq:hash`` of the newest chained entry."""
+        return f"{self.prefix}{AUDIT_TAG}:head"
+
+    def audit_ids(self) -> str:
+        """ZSET entry id → its time: the ids chained, so chaining is idempotent."""
+        return f"{self.prefix}{AUDIT_TAG}:ids"
+
+    def audit_anchor(self) -> str:
+        """STRING ``seq:hash`` of the last entry retention removed (where the chain that
+        is kept starts)."""
+        return f"{self.prefix}{AUDIT_TAG}:anchor"
+
+    # -- workspace-wide spend and rates (one hash tag) -----------------------------
+    def quota(self, name: str) -> str:
+        """Counters of the workspace's daily caps and per-person job rates."""
+        return f"{self.prefix}{QUOTA_TAG}:{name}"
 
     def cancel_channel(self) -> str:
         """Pub/sub channel: ``job_id|user`` when someone presses Stop."""
