@@ -1,11 +1,12 @@
 """The process's Prometheus metrics, served on ``GET /metrics``.
 
 ``Metrics`` holds two registries. ``registry``: what this process did — jobs by how they
-ended, model calls (time, tokens, failures per model), tool runs (outcome, time), feedback
-on answers (``opsloop_feedback_total{value}``, fed by ``bot.slack.feedback``), the
-time to answer Slack, the event loop's lag, and ``opsloop_redis_up``. ``live``: what the
-whole workspace has open right now (live jobs, pending approvals), read from Redis at
-each scrape and left out when Redis does not answer rather than shown stale.
+ended, model calls (time, tokens, cost in dollars, failures per model), tool runs (outcome,
+time), feedback on answers (``opsloop_feedback_total{value}``, fed by
+``bot.slack.feedback``), the time to answer Slack, the event loop's lag, and
+``opsloop_redis_up``. ``live``: what the whole workspace has open right now (live jobs,
+pending approvals), read from Redis at each scrape and left out when Redis does not answer
+rather than shown stale.
 
 Who feeds them: the Slack edge's job reporter (``bot.slack.notifier``: jobs, model
 calls, tools), its transports (``bot.slack.http``, ``bot.slack.socket``: ack time and the
@@ -46,6 +47,13 @@ class Metrics:
             "opsloop_model_tokens",
             "Tokens the provider reported: prompt (cached included), cached, completion",
             ["model", "kind"],
+            registry=self.registry,
+        )
+        self.model_cost = Counter(
+            "opsloop_model_cost_usd",
+            "What model calls cost in US dollars, as priced by OPSLOOP_PRICES or the price "
+            "table (calls of a model without a price are counted in tokens only)",
+            ["model"],
             registry=self.registry,
         )
         self.tools = Counter(

@@ -21,6 +21,8 @@ from bot.agent.ports import (
     Ledger,
     LoopClock,
     Memory,
+    Pricing,
+    Spend,
 )
 from bot.agent.state import RunState, StopReason
 from bot.agent.tools import Tool
@@ -103,3 +105,8 @@ class AgentConfig:
     hand_over: Callable[[], bool] | None = None
     max_parallel: int = DEFAULT_MAX_PARALLEL
     stream: bool = False
+    # What a model call costs (``bot.llm.prices``): summed in ``RunState.cost_usd``.
+    pricing: Pricing | None = None
+    # A cap shared by every job of the workspace: each model call reserves in it first
+    # (a refusal ends the job ``limit_tokens``) and settles after, exactly once.
+    spend: Spend | None = None

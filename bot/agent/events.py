@@ -36,6 +36,8 @@ class ModelRequestEnd:
     # What the provider said of its answer (None when it did not say, or failed).
     response_model: str | None = None
     finish_reason: str | None = None
+    # What the call cost in US dollars (``AgentConfig.pricing``); None: not priced.
+    cost_usd: float | None = None
     kind: Literal["model_request_end"] = "model_request_end"
 
 

@@ -1,7 +1,9 @@
 """One model step of the loop: the call, with everything that may come before or
 instead of an answer — the limits pre-check with its reservation, condensing when the
 prompt has grown past its threshold, the fallback chain, condensing on a context
-overflow, empty-response retries, a stream that repeats itself, Stop and the deadline.
+overflow, empty-response retries, a stream that repeats itself, Stop and the deadline;
+each call's cost (``cost.charge``) and, with a workspace-wide cap, its hold there
+(``cost.hold`` before the call, settled exactly once after it, however it ended).
 
 ``model_step`` returns the normalised response (the iteration counted, usage accounted)
 or the ``Finish`` that ends the run; it works on the run through ``StepHost``, the part
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.agent.config import AgentConfig
+from bot.agent.cost import Held, charge, hold
 from bot.agent.events import (
     Event,
     LimitReached,
@@ -27,7 +30,7 @@ from bot.agent.guard import Aborted, AbortKind, guarded
 from bot.agent.limits import check_before_request
 from bot.agent.messages import AnyMessage, ModelRequest, ModelResponse, Usage
 from bot.agent.model_failure_recovery import Action
-from bot.agent.ports import Clock, DeltaSink
+from bot.agent.ports import Clock, DeltaSink, SpendRefused
 from bot.agent.responses import account, cut_off, normalize
 from bot.agent.state import PendingApproval, RunState, StopReason
 from bot.agent.stream_repetition import RepetitionDetected, RepetitionDetector
@@ -106,12 +109,28 @@ async def model_step(self: StepHost) -> ModelResponse | Finish:
             continue  # rebuild the request (and re-check the limits) either way
         index = min(self.state.model_index, len(chain) - 1)
         client = chain[index]
+        held: Held | None = None
+        if (spend := self.config.spend) is not None:
+            got = await hold(
+                spend,
+                self.config.pricing,
+                model=client.name,
+                reserve=reserve,
+                max_output_tokens=self.config.limits.max_output_tokens,
+            )
+            if isinstance(got, SpendRefused):
+                self.emit(LimitReached(reason=StopReason.LIMIT_TOKENS, detail=got.detail))
+                return Finish(
+                    reason=StopReason.LIMIT_TOKENS, output=self.last_text, error=got.detail
+                )
+            held = got
         attempt += 1
         self.state.model_calls += 1
         iteration = self.state.iterations + 1
         self.emit(ModelRequestStart(iteration=iteration, model=client.name, attempt=attempt))
         started = self.clock.monotonic()
         streamed: list[str] = []
+        used = Usage()  # what the hold is settled with: none unless the call reports some
         try:
             response = await guarded(
                 client.complete(request, on_delta=delta_sink(self, streamed))
@@ -134,8 +153,10 @@ async def model_step(self: StepHost) -> ModelResponse | Finish:
             # The stream was cut: its usage is unknown, so count the estimate as spent.
             chars = sum(len(s) for s in streamed)
             estimate = reserve - self.config.limits.max_output_tokens + chars // 4
-            self.state.usage = self.state.usage + Usage(prompt_tokens=max(estimate, 0))
-            emit_end(self, iteration, client.name, started, None, error="repetition")
+            used = Usage(prompt_tokens=max(estimate, 0))
+            self.state.usage = self.state.usage + used
+            cost = charge(self.state, self.config.pricing, client.name, used)
+            emit_end(self, iteration, client.name, started, None, error="repetition", cost_usd=cost)
             response = ModelResponse()
         except ModelError as exc:
             emit_end(self, iteration, client.name, started, None, error=str(exc))
@@ -174,7 +195,9 @@ async def model_step(self: StepHost) -> ModelResponse | Finish:
             emit_end(self, iteration, client.name, started, None, error=repr(exc))
             raise
         else:
+            used = response.usage
             account(self.state, response)
+            cost = charge(self.state, self.config.pricing, client.name, used)
             emit_end(
                 self,
                 iteration,
@@ -184,7 +207,13 @@ async def model_step(self: StepHost) -> ModelResponse | Finish:
                 calls=len(response.tool_calls),
                 cut=cut_off(response) and not response.tool_calls,
                 response=response,
+                cost_usd=cost,
             )
+        finally:
+            # Exactly once, on every way out of the call: an answer, a model error (before
+            # the fallback's own reservation), Stop, the deadline, a repeating stream, a bug.
+            if held is not None:
+                await held.settle(used)
         if response.is_empty:
             if self.config.recovery.on_empty(empty_retries) is Action.RETRY:
                 empty_retries += 1
@@ -227,6 +256,7 @@ def emit_end(
     error: str | None = None,
     cut: bool = False,
     response: ModelResponse | None = None,
+    cost_usd: float | None = None,
 ) -> None:
     self.emit(
         ModelRequestEnd(
@@ -239,5 +269,6 @@ def emit_end(
             cut_off=cut,
             response_model=response.model if response is not None else None,
             finish_reason=response.finish_reason if response is not None else None,
+            cost_usd=cost_usd,
         )
     )

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from bot.agent.calls import CallRunner, Outcome, Paused
 from bot.agent.config import AgentConfig, AskAgain, StopCheck, StopVerdict
+from bot.agent.cost import charge
 from bot.agent.events import (
     ApprovalRequested,
     CondenseDone,
@@ -183,6 +184,8 @@ class _Run:
             tool_executions=state.tool_executions,
             usage=state.usage,
             tools_used=list(state.tools_used),
+            cost_usd=state.cost_usd,
+            unpriced_calls=state.unpriced_calls,
             model=state.model,
             switches=list(state.switches),
             state=state,
@@ -352,6 +355,8 @@ class _Run:
             if upto < len(history) and isinstance(history[upto], ToolMessage):
                 raise ValueError("summary would separate a tool call from its result")
             self.state.usage = self.state.usage + outcome.usage
+            if outcome.usage.paid:  # the summary's own model call, priced like any other
+                charge(self.state, self.config.pricing, client.name, outcome.usage)
             await self.config.memory.condense(upto, outcome.summary)
         except Exception as exc:
             log.warning("condensing job %s failed", self.config.job_id, exc_info=True)

@@ -67,6 +67,11 @@ class RunState(BaseModel):
     model_calls: int = 0
     tool_executions: int = 0
     usage: Usage = Usage()
+    # What the job's model calls cost in US dollars (``AgentConfig.pricing``): None until
+    # a call is priced (no pricing, or only models without a price); a free model's 0.0
+    # is a price. ``unpriced_calls``: calls of models without one, counted in tokens only.
+    cost_usd: float | None = None
+    unpriced_calls: int = 0
     active_time_s: float = 0.0
     loop_window: list[str] = Field(default_factory=list)
     error_streak: int = 0
@@ -103,6 +108,8 @@ class RunResult(BaseModel):
     tool_executions: int
     usage: Usage
     tools_used: list[str]
+    cost_usd: float | None = None  # as ``RunState.cost_usd``: the whole job's, so far
+    unpriced_calls: int = 0
     model: str | None = None
     switches: list[str] = Field(default_factory=list)
     state: RunState

@@ -1,15 +1,15 @@
 """``opsloop trace``: what a job did, read back from Redis, for the incident review.
 
-The target is a job id (``C123:1700000000.000100:j2``), a thread (``C123:1700000000.000100``,
-every job of it, oldest first) or a Slack message link (``…/archives/C123/p1700000000000100``,
-with ``?thread_ts=`` when it links a reply). For each job it prints the record (status,
-who started it, limits used and raised, how it ended) and its trace: every model call
-with its tokens, every tool call with its arguments and who confirmed it, every approval
-with who decided it and when, what people wrote that it took in, fallbacks, condensing, each
-run's end, feedback on its answer (who, which way), and the job's answer. A call the model
-wrote malformed (history keeps it as ``{}`` / ``invalid_tool_name``) is shown as the model
-wrote it (bounded), read from the thread's history. ``--json`` prints one JSON object per
-job instead (for ``jq``).
+The target is a job id (``C123:1700000000.000100:j2``), a thread
+(``C123:1700000000.000100``, every job of it, oldest first) or a Slack message link
+(``…/archives/C123/p1700000000000100``, with ``?thread_ts=`` when it links a reply). For
+each job it prints the record (status, who started it, limits used and raised, what its
+model calls cost, how it ended) and its trace: every model call with its tokens, every tool
+call with its arguments and who confirmed it, every approval with who decided it and when,
+what people wrote that it took in, fallbacks, condensing, each run's end, feedback on its
+answer (who, which way), and the job's answer. A call the model wrote malformed (history
+keeps it as ``{}`` / ``invalid_tool_name``) is shown as the model wrote it (bounded), read
+from the thread's history. ``--json`` prints one JSON object per job instead (for ``jq``).
 
 Only reads: it needs ``REDIS_URL`` (and ``OPSLOOP_REDIS_PREFIX`` when the bot uses one),
 nothing of Slack or the model. Jobs, traces and approvals are kept 30 days.
@@ -30,6 +30,7 @@ import redis.asyncio as aioredis
 
 from bot.agent.messages import AssistantMessage, Malformed, UserMessage
 from bot.errors import ConfigError, StoreError
+from bot.llm.prices import cost_text
 from bot.store.approvals import ApprovalRecord, Approvals
 from bot.store.connection import connect, translated
 from bot.store.history import load_message
@@ -303,10 +304,14 @@ def render(trace: JobTrace) -> str:
     if (otel_trace := trace_id_of(job)) is not None:
         lines.append(f"  OpenTelemetry trace {otel_trace}")
     tools = f" ({', '.join(progress.tools_used)})" if progress.tools_used else ""
+    cost = cost_text(progress.cost_usd, progress.unpriced_calls)
+    if cost and progress.unpriced_calls:
+        cost += f" ({_plural(progress.unpriced_calls, 'call')} without a price)"
     lines.append(
         f"  {progress.iterations} of {limits.max_iterations} iterations · "
         f"{_n(progress.usage.paid)} of {_n(limits.token_budget)} tokens · "
-        f"{progress.active_time_s:.1f} s of {limits.deadline_s:g} s active · "
+        + (f"{cost} · " if cost else "")
+        + f"{progress.active_time_s:.1f} s of {limits.deadline_s:g} s active · "
         f"{_plural(progress.tool_executions, 'tool run')}{tools}"
     )
     if progress.model:

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, NamedTuple
 
+from bot.agent.ports import WORKSPACE_CAP
 from bot.agent.run import STALL_ITERATIONS
 from bot.agent.state import StopReason
+from bot.llm.prices import cost_text
 from bot.slack.blockkit import (
     MAX_HEADER,
     MAX_SECTION,
@@ -177,6 +179,8 @@ def ending_message(
     deadline_s: float | None = None,
     tools: Sequence[ToolLine] = (),
     trace_id: str | None = None,
+    cost_usd: float | None = None,
+    unpriced_calls: int = 0,
 ) -> Message:
     """What happened, in words, with the stop reason code in ``text`` (not for ``completed``).
 
@@ -186,6 +190,10 @@ def ending_message(
     ``Continue`` button on a limit ending. ``tools`` (what ran, with its result in one
     line) stay listed; the context names the job id ``opsloop trace`` takes, for the
     review after the incident, and the job's OpenTelemetry ``trace_id`` when it is traced.
+    ``cost_usd`` (what the job's model calls cost; None when none was priced) shows beside
+    the tokens, as a lower bound (``≥ $0.04``) when ``unpriced_calls`` had no price. A
+    ``limit_tokens`` ending whose ``error`` names the workspace's daily cap says so
+    instead of naming the job's budget.
     """
     R = StopReason
     deadline = ""
@@ -198,7 +206,9 @@ def ending_message(
         else "Stopped: the answer did not complete the task",
         R.AWAITING_APPROVAL: "Paused: waiting for approval",
         R.LIMIT_ITERATIONS: f"Stopped: iteration limit reached ({iterations}/{max_iterations})",
-        R.LIMIT_TOKENS: f"Stopped: token budget reached ({tokens:,}/{token_budget:,} tokens)",
+        R.LIMIT_TOKENS: f"Stopped: {escaped(one_line(error), ERROR_CHARS)}"
+        if error and WORKSPACE_CAP in error
+        else f"Stopped: token budget reached ({tokens:,}/{token_budget:,} tokens)",
         R.LIMIT_DEADLINE: f"Stopped: time limit reached{deadline}",
         R.LOOP: "Stopped: the same call kept returning the same result",
         R.STALLED: f"Stopped: every tool call failed {STALL_ITERATIONS} times in a row",
@@ -208,9 +218,11 @@ def ending_message(
     }[reason]
     if reason is not R.COMPLETED:
         headline += f" · `{reason.value}`"
+    cost = cost_text(cost_usd, unpriced_calls)
     stats = (
         f"iterations {iterations}/{max_iterations} · tokens {tokens:,}/{token_budget:,} · "
-        f"{plural(tools_run, 'tool')} run"
+        + (f"{cost} · " if cost else "")
+        + f"{plural(tools_run, 'tool')} run"
     )
     blocks = [section_block(headline)]
     if lines := tool_lines(tools):

@@ -59,6 +59,8 @@ class Reporter:
                 tokens.labels(event.model, "prompt").inc(event.usage.prompt_tokens)
                 tokens.labels(event.model, "cached").inc(event.usage.cached_tokens)
                 tokens.labels(event.model, "completion").inc(event.usage.completion_tokens)
+            if event.cost_usd is not None:
+                metrics.model_cost.labels(event.model).inc(event.cost_usd)
         elif isinstance(event, RunEnd):
             self.ended = True
             if event.result.stop_reason is not AWAITING:

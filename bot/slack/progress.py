@@ -3,7 +3,8 @@
 ``JobProgress`` posts the status message as the job starts, turns the run's events into
 paced ``chat.update`` calls (through the workspace's ``UpdateBudget``), and when the run
 ends posts the answer (Slack's ``markdown`` block, the whole answer in ``text``) and
-turns the status message into the ending, naming the stop reason code.
+turns the status message into the ending, naming the stop reason code (and what the
+job's model calls cost, beside its tokens, when any was priced).
 
 While the model streams, each response's text is shown by an ``AnswerStream``
 (``streaming.py``): a new response (``model_request_start`` of another iteration) stops the
@@ -438,6 +439,8 @@ class JobProgress:
                 deadline_s=limits.deadline_s,
                 tools=self._lines,
                 trace_id=trace_id_of(self.record),
+                cost_usd=result.cost_usd,
+                unpriced_calls=result.unpriced_calls,
             )
             ending = with_output_buttons(ending, self.record.id, self._cut)
             if self.status_ts is not None:
