@@ -41,6 +41,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_postgres.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/takeover.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/otel.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/audit.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info

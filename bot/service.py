@@ -25,6 +25,7 @@ import importlib.metadata
 import logging
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import httpx
@@ -40,6 +41,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from bot.llm.chain import build_chain
 from bot.llm.condense import ModelCondenser
 from bot.llm.http import make_http_client
+from bot.llm.prices import pricing_for
 from bot.metrics import Metrics, watch_loop
 from bot.prompts import load_system_prompt
 from bot.scrub import Scrubber
@@ -48,6 +50,7 @@ from bot.slack import http
 from bot.slack.actions import Interactions
 from bot.slack.app import Messages, bolt_app
 from bot.slack.assistant import PaneConfig
+from bot.slack.audit_channel import AuditChannel
 from bot.slack.client import ScrubbingWebClient
 from bot.slack.identity import BotIdentity
 from bot.slack.notifier import SlackNotifier
@@ -55,12 +58,15 @@ from bot.slack.policy import ApproverPolicy
 from bot.slack.progress import budget_sender
 from bot.slack.tasks import TASK_CARDS
 from bot.slack.updates import UpdateBudget
+from bot.store.audit import AuditLog
 from bot.store.connection import connect, durability
 from bot.store.jobs import JobLimits
 from bot.store.keys import Keys
+from bot.turns.audit import AuditPublisher
 from bot.turns.otel import Tracing, TracingOptions, open_tracing
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import Scanner
+from bot.turns.spend import WorkspaceSpend, daily_caps, job_admission
 from bot.turns.tasks import Tasks
 from tools.packs import PackConfig
 from tools.registry import Catalog, open_catalog
@@ -101,6 +107,30 @@ def slack_client(
             AsyncRateLimitErrorRetryHandler(max_retry_count=2),
         ],
     )
+
+
+def read_tools_yml(path: str | None) -> str | None:
+    """tools.yml as it was read at start-up (for the audit log's hash of it)."""
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return None
+
+
+def catalogue_of(catalog: Catalog) -> list[dict[str, object]]:
+    """What the model is offered, for the audit log's hash: each tool's name, category
+    and input schema."""
+    return [
+        {
+            "name": tool.name,
+            "category": tool.category,
+            "source": catalog.sources.get(tool.name, ""),
+            "schema": tool.args_model.model_json_schema(),
+        }
+        for tool in sorted(catalog.tools.values(), key=lambda t: t.name)
+    ]
 
 
 def tracing_for(bot: BotSettings, llm: LLMSettings, metrics: Metrics) -> Tracing | None:
@@ -165,6 +195,7 @@ class Service:
             log.warning("Redis durability: %s", setting.describe())
         model_http = make_http_client(llm)
         resolver = build_chain(llm, model_http)
+        pricing = pricing_for(bot.prices_file, llm)  # OPSLOOP_PRICES: a bad file stops here
         prompt = load_system_prompt(bot.system_prompt_file)
         catalog = await open_catalog(  # MCP servers connected, when configured
             pack_names=tools.pack_names,
@@ -184,13 +215,26 @@ class Service:
             bot_user=lambda: identity.user,
             home_team=identity.home_team,
         )
+        keys = Keys(bot.redis_prefix)
+        audit = AuditPublisher(
+            AuditLog(redis, keys, retention_days=bot.audit_retention_days),
+            on_chained=AuditChannel(client, bot.audit_channel) if bot.audit_channel else None,
+        )
+        audit.configured(
+            tools_yml=read_tools_yml(tools.tools_file),
+            catalogue=catalogue_of(catalog),
+            approvers=bot.approver_ids,
+        )
+        caps = daily_caps(redis, keys, bot)  # OPSLOOP_DAILY_TOKEN_BUDGET / _COST_USD
         turns = Turns(
             redis=redis,
-            keys=Keys(bot.redis_prefix),
+            keys=keys,
             resolver=resolver,
             catalog=catalog,
             system_prompt=prompt,
             settings=turn_settings(bot, llm),
+            pricing=pricing,
+            spend=WorkspaceSpend(caps) if caps is not None else None,
             condense=ModelCondenser.from_settings(
                 resolver.chain()[0], system_prompt=prompt, settings=llm
             ),
@@ -203,6 +247,7 @@ class Service:
                 metrics=metrics,
             ),
             tracing=tracing,
+            audit=audit,
         )
         tasks = Tasks(turns, drain_s=bot.drain_s)
         interactions = Interactions(
@@ -213,6 +258,7 @@ class Service:
             schedule=tasks.schedule,
             background=tasks.spawn,
             approval_channel=bot.approval_channel,
+            caps=caps,
         )
         messages = Messages(
             client=client,
@@ -220,6 +266,9 @@ class Service:
             identity=identity,
             schedule=tasks.schedule,
             allowed_bots=bot.allowed_bot_ids,
+            admission=job_admission(redis, keys, bot, caps=caps),
+            approvers=policy.approvers,
+            background=tasks.spawn,
         )
         scanner = Scanner(
             turns,
@@ -259,6 +308,8 @@ class Service:
         self.tasks.spawn(self.scanner.run(), "scanner")
         self.tasks.spawn(self.turns.listen_for_stops(), "stop signals")
         self.tasks.spawn(watch_loop(self.metrics), "loop lag")
+        if self.turns.audit is not None:
+            self.tasks.spawn(self.turns.audit.record_start(), "audit: process started")
 
     def web_app(self) -> web.Application:
         """``/healthz`` and ``/metrics``, and ``/slack/events`` unless over Socket Mode."""
@@ -273,6 +324,8 @@ class Service:
         """Shut down (SIGTERM, a deploy): drain the jobs (``bot.turns.tasks``), then close
         every client."""
         await self.tasks.close()
+        if self.turns.audit is not None:  # the entries the last jobs staged
+            await self.turns.audit.aclose()
         await self.budget.aclose()
         await self.catalog.aclose()
         await self.session.close()

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         "or a Slack message link",
     )
     trace.add_argument("--json", action="store_true", help="one JSON object per job")
+    _add_audit_parser(sub)
     check = sub.add_parser(
         "check",
         help="before going live: check the settings, Redis, Slack, the model and the packs' "
@@ -76,6 +77,19 @@ def main(argv: list[str] | None = None) -> int:
         from bot.cli.trace import main as trace_main
 
         return trace_main(args.target, as_json=args.json)
+    if args.command == "audit":
+        from bot.cli.audit import main as audit_main
+
+        return audit_main(
+            args.action,
+            since=args.since,
+            until=args.until,
+            user=args.user,
+            tool=args.tool,
+            channel=args.channel,
+            job=args.job,
+            as_json=args.json,
+        )
     if args.command == "check":
         from bot.cli.check import main as check_main
 
@@ -86,6 +100,26 @@ def main(argv: list[str] | None = None) -> int:
         return tools_main(args)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _add_audit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``audit`` and ``audit verify`` (``bot.cli.audit`` runs them)."""
+    audit = sub.add_parser(
+        "audit",
+        help="the audit log: who approved what and what ran (query, export as JSON lines, "
+        "verify its hash chain)",
+    )
+    audit.add_argument(
+        "action", nargs="?", choices=("verify",), help="verify: check the hash chain"
+    )
+    when = "ISO 8601 (2026-05-28, 2026-05-28T20:26:40Z, …+02:00) or an age (90m, 24h, 7d)"
+    audit.add_argument("--since", metavar="T", help=f"entries at or after T: {when}")
+    audit.add_argument("--until", metavar="T", help="entries at or before T")
+    audit.add_argument("--user", help="whose (U…, <@U…>, cli:NAME, opsloop)")
+    audit.add_argument("--tool", metavar="NAME", help="of this tool")
+    audit.add_argument("--channel", metavar="C", help="in this channel (C…)")
+    audit.add_argument("--job", metavar="ID", help="of this job (C123:1700000000.000100:j1)")
+    audit.add_argument("--json", action="store_true", help="the stored entries, one a line")
 
 
 def _add_tools_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import logging
 import os
 import secrets
 import sys
@@ -41,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio as aioredis
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
@@ -53,12 +55,16 @@ from bot.agent.redact import redact_secrets_in_turns
 from bot.agent.tools import CONFIRMED_BY, CallContext, Tool, canonical_json
 from bot.errors import ConfigError, StoreError, ToolError
 from bot.settings import ToolSettings, load_bot_settings, load_tool_settings
+from bot.store.audit import AuditLog
 from bot.store.cli_calls import CliCalls
 from bot.store.connection import connect
+from bot.store.jobs import JobRecord
 from bot.store.keys import Keys
 from bot.store.trace import TraceRecorder
 from tools.packs import PACK_TOOLS, PackConfig
 from tools.registry import Catalog, build_catalog, connect_mcp, open_catalog
+
+log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -238,6 +244,8 @@ class _Record:
                     args_hash=args_hash(canonical),
                     confirmed_by=confirmed_by,
                     timeout_s=tool.timeout,
+                    arguments=model.model_dump(mode="json", exclude={CONFIRMED_BY}),
+                    category=tool.category,
                 )
             except StoreError as exc:
                 _warn(console, f"not run: the call could not be recorded: {exc}")
@@ -258,10 +266,20 @@ class _Record:
             except StoreError as exc:
                 _warn(console, f"ran, but its outcome could not be recorded in {job.id}: {exc}")
                 return EXIT_TOOL_ERROR
+            await _chain_audit(redis, self.keys, job)
             print(f"recorded as {job.id} (opsloop trace {job.id})", file=sys.stderr)
             return EXIT_OK if ok else EXIT_TOOL_ERROR
         finally:
             await redis.aclose()
+
+
+async def _chain_audit(redis: aioredis.Redis, keys: Keys, job: JobRecord) -> None:
+    """Chain the call's audit entries now (the scanner of a running bot would within
+    seconds; with none running they would wait)."""
+    try:
+        await AuditLog(redis, keys).publish(job.thread.tag)
+    except StoreError:
+        log.warning("the audit entries of %s are staged, not chained yet", job.id, exc_info=True)
 
 
 def _recording(tool: Tool, args: argparse.Namespace) -> _Record | None:

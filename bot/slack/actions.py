@@ -8,6 +8,8 @@ persisted (bolt's ``process_before_response``); Slack calls that follow (card ed
 ephemeral notes) run in the background, cards through the workspace's paced
 ``chat.update`` budget, ahead of progress updates. Cards are posted by
 ``bot.slack.notifier``; their edits (a decision, an expiry, a reminder) are made here.
+The Continue of a job the workspace's daily cap stopped is an approver's only, and
+raises the day's cap instead of the job's budget (``bot.turns.spend``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.state import StopReason
 from bot.errors import StoreError
 from bot.slack.assistant import card_place
+from bot.slack.blockkit import mention
 from bot.slack.blocks import decided_card, ending_message, reminder_message
 from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
@@ -32,12 +35,14 @@ from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobRecord
 from bot.turns.controls import UNKNOWN_CARD, Accepted, Refused, Verdict
 from bot.turns.runner import Turns
+from bot.turns.spend import CapContinued, DailyCaps, Raised, continue_capped, stopped_by_cap
 
 log = logging.getLogger(__name__)
 
 
 _JOB_ID = re.compile(rf"^{JOB_ID}$")
 UNRECORDED = "the decision could not be recorded (storage unavailable); try again"
+ONLY_APPROVERS = "only an approver can raise the workspace's daily cap"
 
 
 def _field(body: dict[str, Any], part: str, name: str) -> str | None:
@@ -69,6 +74,7 @@ class Interactions:
     schedule: Callable[[str], None]  # run or resume a job in the background
     background: Callable[[Coroutine[Any, Any, Any], str], None]
     approval_channel: str | None = None  # where DM jobs' cards are (bot.slack.assistant)
+    caps: DailyCaps | None = None  # the workspace's daily caps, which a Continue may raise
 
     async def remind(self, approval: ApprovalRecord) -> None:
         """Recall a card still pending, once, in its thread (the scanner's hook)."""
@@ -237,6 +243,10 @@ class Interactions:
         # ``job|n``: the Continue of the ending that followed the job's n-th raise, so a
         # replayed click, or one on an earlier ending's button, raises nothing.
         job_id, _, seq = str(action.get("value") or "").partition("|")
+        record = await self.turns.job(job_id) if valid_job_id(job_id) else None
+        if record is not None and stopped_by_cap(record):
+            await self._continue_capped(body, record, int(seq) if seq.isdigit() else None)
+            return
         if (user := await self._steerer(body, job_id)) is None:
             return
         raised = await self.turns.raise_limit(job_id, user, seq=int(seq) if seq.isdigit() else None)
@@ -246,3 +256,59 @@ class Interactions:
         last = raised.raises[-1]
         log.info("job %s: %s raised the %s limit by %g", job_id, user, last.limit, last.amount)
         self.schedule(job_id)
+
+    async def _continue_capped(
+        self, body: dict[str, Any], record: JobRecord, seq: int | None
+    ) -> None:
+        """Continue on a job the workspace's daily cap stopped: only an approver may
+        press it; it raises the day's cap (``bot.turns.spend``), says so in the thread,
+        and the job goes on."""
+        user, team_id = clicker(body)
+        refusal = await self.policy.outsider(user, team_id)
+        if refusal is None and not await self.policy.is_approver(user):
+            refusal = ONLY_APPROVERS
+        if refusal is not None:
+            self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
+            return
+        audit = self.turns.audit
+        try:
+            outcome = await continue_capped(
+                self.turns.jobs,
+                self.caps,
+                record.id,
+                user,
+                seq=seq,
+                on_audit=audit.staged if audit is not None else None,
+            )
+        except StoreError:
+            log.warning("could not raise the daily cap for job %s", record.id, exc_info=True)
+            self._later(
+                self._tell(body, "Nothing changed: storage unavailable; try again."), "ephemeral"
+            )
+            return
+        if isinstance(outcome, str):
+            self._later(self._tell(body, f"Nothing changed: {outcome}."), "ephemeral")
+            return
+        self._later(self._announce_raise(record, user, outcome), "daily cap raised")
+        self.schedule(record.id)
+
+    async def _announce_raise(self, record: JobRecord, by: str, outcome: CapContinued) -> None:
+        """One line in the job's thread: who raised the day's cap, and to what."""
+        if outcome.raised is None:
+            text = f"{mention(by)} continued the job (no daily cap is set any more)."
+        elif isinstance(outcome.raised, Raised):
+            text = (
+                f"{mention(by)} raised the workspace's daily cap for today (UTC): "
+                f"{outcome.raised.status.figures()}. The job continues."
+            )
+        else:
+            text = (
+                f"The workspace's daily cap was raised already ({outcome.raised.status.figures()} "
+                f"today, UTC); {mention(by)} continued the job."
+            )
+        try:
+            await self.client.chat_postMessage(
+                channel=record.channel, thread_ts=record.thread_ts, text=text
+            )
+        except Exception:
+            log.info("job %s: the raise was not announced", record.id, exc_info=True)

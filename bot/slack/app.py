@@ -11,7 +11,10 @@ Other bots' posts (an alert a thread starts from) are read as thread context: wh
 message starts a job in a thread whose earlier messages the history does not hold yet
 (``bot.turns.context`` decides), the listener reads them with ``conversations.replies``
 (bounded in time, never holding up the ack past ``CONTEXT_TIMEOUT_S``, a failure only
-costs the context) and ``bot.slack.context`` renders them.
+costs the context) and ``bot.slack.context`` renders them. A message that would start a
+new job passes a gate first (``bot.turns.admission``: the workspace's daily caps, the
+author's hourly rate of jobs); refused, it writes nothing and its author is told why
+(``bot.slack.admission``), off the ack path.
 
 The transports are elsewhere: ``bot.slack.http`` (``opsloop serve``: the gate in front
 of bolt, health, metrics) and ``bot.slack.socket`` (``opsloop socket``); the buttons'
@@ -24,19 +27,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.metrics import Metrics
-from bot.slack import assistant, feedback, home, outputs, shortcut
+from bot.slack import admission, assistant, feedback, home, outputs, shortcut
 from bot.slack.actions import Interactions
 from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
 from bot.slack.context import Own, thread_context
 from bot.slack.identity import BotIdentity
 from bot.store.keys import Thread
+from bot.turns import admission as gate
+from bot.turns.admission import JobAdmission
 from bot.turns.context import ContextWindow
 from bot.turns.runner import Turns
 
@@ -46,6 +51,8 @@ CONTEXT_TIMEOUT_S = 1.5  # a slow Slack must not hold up the ack
 CONTEXT_PAGE = 200  # messages per conversations.replies call (Slack's advice: at most 200)
 CONTEXT_PAGES = 3  # calls per reading, all within CONTEXT_TIMEOUT_S
 HUMAN_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
+
+Background = Callable[[Coroutine[Any, Any, Any], str], None]
 
 
 class Messages:
@@ -60,6 +67,9 @@ class Messages:
         schedule: Callable[[str], None],
         allowed_bots: frozenset[str],
         context_timeout_s: float = CONTEXT_TIMEOUT_S,
+        admission: JobAdmission | None = None,
+        approvers: Sequence[str] = (),
+        background: Background | None = None,
     ) -> None:
         self.client = client
         self.turns = turns
@@ -67,6 +77,11 @@ class Messages:
         self.schedule = schedule
         self.allowed_bots = allowed_bots
         self.context_timeout_s = context_timeout_s
+        # New jobs' gate (the daily caps, the per-person rate: ``bot.turns.admission``).
+        self.admission = admission
+        self.approvers = approvers  # named in the daily cap's refusal
+        self._background = background
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     async def _author(self, event: dict[str, Any]) -> str | None:
         """Who a message that may start or enter a job is from, or ``None`` when it must
@@ -120,18 +135,41 @@ class Messages:
     async def _take(
         self, thread: Thread, ts: str, user: str, text: str, *, reply: bool = False
     ) -> None:
-        """The ack path: persist (one script), index, schedule. Raises on a store
+        """The ack path: admit, persist (one script), index, schedule. Raises on a store
         failure, so Slack gets a 503 and retries. When the message starts a job, the
-        thread's earlier messages the history does not hold yet come first, as context."""
+        thread's earlier messages the history does not hold yet come first, as context;
+        when the job is not admitted (``bot.turns.admission``), nothing is written and
+        its author is told why, off the ack path."""
 
         async def context(window: ContextWindow) -> str | None:
             return await self.thread_context(thread, window)
 
-        receipt = await self.turns.receive(
-            thread, ts=ts, user=user, text=text, reply=reply, context=context
+        receipt = await gate.receive(
+            self.turns,
+            self.admission,
+            thread,
+            ts=ts,
+            user=user,
+            text=text,
+            reply=reply,
+            context=context,
         )
+        if isinstance(receipt, gate.NotAdmitted):
+            log.info("no job for %s in %s: %s", ts, thread, receipt.verdict.kind)
+            told = admission.tell(self.client, thread, user, receipt, approvers=self.approvers)
+            self.spawn(told, "admission refusal")
+            return
         if receipt.needs_run and receipt.job_id is not None:
             self.schedule(receipt.job_id)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        """Slack calls after the ack (the process's background tasks when given)."""
+        if self._background is not None:
+            self._background(coro, name)
+            return
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def thread_context(self, thread: Thread, window: ContextWindow) -> str | None:
         """The thread's messages in ``window``, rendered (``bot.slack.context``); None if

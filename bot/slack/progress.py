@@ -45,7 +45,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.events import ApprovalRequested, Event, RunEnd, ToolEnd
-from bot.agent.ports import Clock
+from bot.agent.ports import WORKSPACE_CAP, Clock
 from bot.agent.state import RunResult, StopReason
 from bot.slack.answers import answer_messages
 from bot.slack.blockkit import Message
@@ -106,6 +106,14 @@ def continue_step(record: JobRecord, reason: StopReason) -> float | None:
     current = float(getattr(record.limits, field))
     original = current - sum(r.amount for r in record.raises if r.limit == name)
     return round(original / unit, 1) if original > 0 else None
+
+
+def continue_label(result: RunResult, step: float | None) -> str | None:
+    """The Continue button's words: what it adds, or that it raises the workspace's
+    daily cap for today (only an approver's click does)."""
+    if result.stop_reason is StopReason.LIMIT_TOKENS and WORKSPACE_CAP in (result.error or ""):
+        return "Continue (raise today's cap)"
+    return f"Continue (+{step:g} {LIMIT_WORDS[result.stop_reason]})" if step else None
 
 
 def budget_sender(client: AsyncWebClient) -> Any:
@@ -431,9 +439,7 @@ class JobProgress:
                 tools_run=result.tool_executions,
                 error=result.error,
                 by=stopper(result),
-                continue_label=f"Continue (+{step:g} {LIMIT_WORDS[result.stop_reason]})"
-                if step
-                else None,
+                continue_label=continue_label(result, step),
                 continue_seq=len(self.record.raises),
                 active_s=result.state.active_time_s,
                 deadline_s=limits.deadline_s,

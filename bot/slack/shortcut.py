@@ -25,7 +25,9 @@ thread (``limit=1``) is the membership check: Slack refuses it with ``not_in_cha
 (``channel_not_found`` for a private channel) when the bot is not in the channel, and
 then the person is told, through the payload's ``response_url`` (ephemeral: the bot
 cannot post there), how to add it (``/invite @opsloop``). Whatever else the check meets
-(a slow Slack, another error) does not stop the job. Every note to the person is
+(a slow Slack, another error) does not stop the job. A new job passes the mention's
+gate (``bot.turns.admission``: the workspace's daily caps, the person's hourly rate);
+refused, nothing is written and the person is told why. Every note to the person is
 ephemeral, through ``response_url``, bounded, in the background.
 """
 
@@ -34,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -45,9 +47,12 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.errors import StoreError
 from bot.slack.actions import Interactions
+from bot.slack.admission import refusal_text
 from bot.slack.context import author, message_text
 from bot.slack.inbound import CHANNEL_ID, SLACK_TS
 from bot.store.keys import Thread
+from bot.turns import admission as gate
+from bot.turns.admission import JobAdmission
 from bot.turns.context import ContextWindow, ts_key
 from bot.turns.runner import Turns
 
@@ -103,6 +108,8 @@ class Messages(Protocol):
     client: AsyncWebClient
     turns: Turns
     schedule: Callable[[str], None]
+    admission: JobAdmission | None
+    approvers: Sequence[str]
 
     async def thread_context(self, thread: Thread, window: ContextWindow) -> str | None: ...
 
@@ -155,9 +162,20 @@ class Shortcut:
         async def context(window: ContextWindow) -> str | None:
             return await self.messages.thread_context(thread, window)
 
-        receipt = await self.messages.turns.receive(
-            thread, ts=ts, user=user, text=request_text(message), context=context
+        receipt = await gate.receive(
+            self.messages.turns,
+            self.messages.admission,
+            thread,
+            ts=ts,
+            user=user,
+            text=request_text(message),
+            context=context,
         )
+        if isinstance(receipt, gate.NotAdmitted):
+            log.info("shortcut on %s by %s: not admitted (%s)", ts, user, receipt.verdict.kind)
+            if receipt.verdict.first:
+                self._tell(body, refusal_text(receipt, approvers=self.messages.approvers))
+            return
         log.info("shortcut on %s by %s: %s %s", ts, user, receipt.outcome, receipt.job_id)
         if receipt.needs_run and receipt.job_id is not None:
             self.messages.schedule(receipt.job_id)

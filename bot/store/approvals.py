@@ -47,8 +47,10 @@ from pydantic import BaseModel, ConfigDict
 
 from bot.agent.ports import Approved, Denied
 from bot.errors import StoreError
+from bot.store.audit import ACTOR_BOT, OUTBOX_TTL_S, AuditEntry, bound_result, staged_json
 from bot.store.connection import translated
-from bot.store.keys import Keys
+from bot.store.keys import Keys, thread_of
+from bot.store.staging import AuditNotify, head_json
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +134,10 @@ end
 return due
 """
 
-# KEYS[1] approval hash. ARGV: args_hash, expires_at, data, ttl seconds, card ts ('' = none).
-# Returns 1 if created, else the existing hash as a flat field/value list.
+# KEYS[1] approval hash, KEYS[2] the thread's audit outbox. ARGV: args_hash, expires_at,
+# data, ttl seconds, card ts ('' = none), the audit entry, the outbox's ttl.
+# Returns 1 if created (and its audit entry staged), else the existing hash as a flat
+# field/value list.
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HGETALL', KEYS[1])
@@ -144,10 +148,15 @@ if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'card_ts', ARGV[5])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('RPUSH', KEYS[2], ARGV[6])
+redis.call('EXPIRE', KEYS[2], ARGV[7])
 return 1
 """
 
-# KEYS[1] approval hash. ARGV: outcome, decided_by ('' = none), args_hash ('' = any), now.
+# KEYS[1] approval hash, KEYS[2] the thread's audit outbox. ARGV: outcome, decided_by
+# ('' = none), args_hash ('' = any), now, the audit entry's JSON without its closing brace,
+# the outbox's ttl. A won decision stages its audit entry, completed with what only the
+# record knows (the tool, the arguments hash, the card), in the same script.
 # Returns {verdict, field, value, ...}; verdict is won | decided | expired | stale | early,
 # or {'missing'} when there is no record.
 _DECIDE = """
@@ -166,10 +175,21 @@ elseif want ~= '' and want ~= redis.call('HGET', KEYS[1], 'args_hash') then
 elseif outcome == 'expired' and now < expires_at then
   verdict = 'early'
 else
+  -- The entry first: a script that fails half-way is not rolled back, so every read
+  -- that could fail comes before the first write.
+  local data = cjson.decode(redis.call('HGET', KEYS[1], 'data'))
+  local card = redis.call('HGET', KEYS[1], 'card_ts')
+  if not card or string.sub(card, 1, 8) == 'posting:' then card = '' end
+  local entry = ARGV[5] .. ',"tool":' .. cjson.encode(data['tool'])
+    .. ',"args_hash":' .. cjson.encode(redis.call('HGET', KEYS[1], 'args_hash'))
+    .. ',"detail":{"card_ts":' .. cjson.encode(card)
+    .. ',"requester":' .. cjson.encode(data['requester']) .. '}}'
   redis.call('HSET', KEYS[1], 'status', outcome, 'decided_at', ARGV[4], 'card_owed', '1')
   if by ~= '' then
     redis.call('HSET', KEYS[1], 'decided_by', by)
   end
+  redis.call('RPUSH', KEYS[2], entry)
+  redis.call('EXPIRE', KEYS[2], ARGV[6])
 end
 local out = redis.call('HGETALL', KEYS[1])
 table.insert(out, 1, verdict)
@@ -247,15 +267,26 @@ def parse_index_member(member: str) -> tuple[str, str]:
 class Approvals:
     """Create, read and decide approvals; list the ones past their expiry."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys, *, on_audit: AuditNotify | None = None
+    ) -> None:
         self._redis = redis
         self._keys = keys
+        self._on_audit = on_audit
         self._create = redis.register_script(_CREATE)
         self._decide = redis.register_script(_DECIDE)
         self._set_card = redis.register_script(_SET_CARD)
         self._claim_card = redis.register_script(_CLAIM_CARD)
         self._take = redis.register_script(_TAKE_DUE)
         self._take_for = redis.register_script(_TAKE_FOR)
+
+    @staticmethod
+    def _keys_thread_tag(job_id: str) -> str:
+        return thread_of(job_id).tag
+
+    def _staged(self, tag: str) -> None:
+        if self._on_audit is not None:
+            self._on_audit(tag)
 
     async def create(
         self, record: ApprovalRecord, *, remind_at: float | None = None
@@ -272,21 +303,31 @@ class Approvals:
         member = index_member(record.job_id, record.call_id)
         data = record.model_dump_json(exclude=set(_MUTABLE))
         ttl = max(1, math.ceil(record.expires_at - record.requested_at)) + APPROVAL_RETENTION_S
+        tag = self._keys_thread_tag(record.job_id)
         async with translated("approval create"):
-            # The hint first: a crash before the record leaves a stale member, which the
-            # scanner drops; the other order could leave a card nobody ever expires.
-            await self._redis.zadd(
-                self._keys.approval_expiries(), {member: record.expires_at}, nx=True
-            )
-            if remind_at is not None and remind_at < record.expires_at:
-                await self._redis.zadd(
-                    self._keys.approval_reminders(), {member: remind_at}, nx=True
-                )
+            # The hints first: a crash before the record leaves a stale member, which the
+            # scanner drops; the other order could leave a card nobody ever expires (or an
+            # audit entry nobody chains).
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.zadd(self._keys.approval_expiries(), {member: record.expires_at}, nx=True)
+                if remind_at is not None and remind_at < record.expires_at:
+                    pipe.zadd(self._keys.approval_reminders(), {member: remind_at}, nx=True)
+                pipe.zadd(self._keys.audit_pending(), {tag: record.requested_at})
+                await pipe.execute()
             stored = await self._create(
-                keys=[key],
-                args=[record.args_hash, repr(record.expires_at), data, ttl, record.card_ts or ""],
+                keys=[key, self._keys.audit_outbox(tag)],
+                args=[
+                    record.args_hash,
+                    repr(record.expires_at),
+                    data,
+                    ttl,
+                    record.card_ts or "",
+                    requested_entry(record),
+                    OUTBOX_TTL_S,
+                ],
             )
         if not isinstance(stored, list):
+            self._staged(tag)
             return record
         existing = _from_hash(_pairs(stored))
         await self._reindex(existing)
@@ -350,16 +391,27 @@ class Approvals:
             raise ValueError(f"{outcome} needs the deciding user")
         if by:
             _check_user(by)
+        tag = self._keys_thread_tag(job_id)
         async with translated("approval decide"):
-            # The hint first (see the module docstring): a won decision always has one.
-            await self._redis.zadd(
-                self._keys.card_edits(), {index_member(job_id, call_id): now}, nx=True
-            )
+            # The hints first (see the module docstring): a won decision always has one.
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.zadd(self._keys.card_edits(), {index_member(job_id, call_id): now}, nx=True)
+                pipe.zadd(self._keys.audit_pending(), {tag: now})
+                await pipe.execute()
             reply = await self._decide(
-                keys=[self._keys.approval(job_id, call_id)],
-                args=[outcome, by or "", args_hash or "", repr(float(now))],
+                keys=[self._keys.approval(job_id, call_id), self._keys.audit_outbox(tag)],
+                args=[
+                    outcome,
+                    by or "",
+                    args_hash or "",
+                    repr(float(now)),
+                    decided_entry_head(job_id, call_id, outcome=outcome, by=by, at=now),
+                    OUTBOX_TTL_S,
+                ],
             )
         verdict, fields = reply[0], _pairs(reply[1:])
+        if verdict == "won":
+            self._staged(tag)
         if verdict == "missing":
             await self._unindex(job_id, call_id)
             return None
@@ -449,6 +501,58 @@ class Approvals:
                     await pipe.execute()
         except StoreError:
             log.warning("could not drop the expiry hint of %s/%s", job_id, call_id, exc_info=True)
+
+
+MAX_AUDIT_TEXT = 2000  # the dry run and the reason, in the audit log
+
+
+def requested_entry(record: ApprovalRecord) -> str:
+    """The audit entry of a new approval (staged by the create script)."""
+    detail: dict[str, object] = {
+        "category": record.category,
+        "requester": record.requester,
+        "expires_at": record.expires_at,
+    }
+    for name in ("dry_run_output", "preview", "reason"):
+        value = getattr(record, name)
+        if value:
+            detail[name] = bound_result(value, MAX_AUDIT_TEXT)
+    return staged_json(
+        AuditEntry(
+            id=f"approval_requested:{record.job_id}:{record.call_id}",
+            kind="approval_requested",
+            at=record.requested_at,
+            actor=ACTOR_BOT,
+            job_id=record.job_id,
+            channel=record.channel,
+            thread_ts=record.thread_ts,
+            tool=record.tool,
+            call_id=record.call_id,
+            args_hash=record.args_hash,
+            arguments=record.arguments,
+            detail=detail,
+        )
+    )
+
+
+def decided_entry_head(
+    job_id: str, call_id: str, *, outcome: Outcome, by: str | None, at: float
+) -> str:
+    """The audit entry of a decision without its closing brace: the deciding script adds
+    the tool, the arguments hash and the card, which only the stored record knows."""
+    thread = thread_of(job_id)
+    entry = AuditEntry(
+        id=f"approval_decided:{job_id}:{call_id}",
+        kind="approval_decided",
+        at=at,
+        actor=by or ACTOR_BOT,
+        job_id=job_id,
+        channel=thread.channel,
+        thread_ts=thread.thread_ts,
+        call_id=call_id,
+        outcome=outcome,
+    )
+    return head_json(entry, completed_with=("tool", "args_hash", "detail"))
 
 
 def to_decision(record: ApprovalRecord) -> Approved | Denied:

@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 
 from bot.agent.messages import Usage
 from bot.agent.state import RunState, StopReason
+from bot.store.audit import OUTBOX_TTL_S, AuditEntry, staged_json
 from bot.store.connection import translated
 from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus, new_job
 from bot.store.keys import JOB_TTL_S, Keys, Thread
@@ -49,7 +50,6 @@ class CliCalls:
         self._keys = keys
         self._now = now
         self._jobs = Jobs(redis, keys, now=now)
-        self._ledger = RedisLedger(redis, keys, now=now)
 
     async def begin(
         self,
@@ -60,8 +60,11 @@ class CliCalls:
         args_hash: str,
         confirmed_by: str,
         timeout_s: float,
+        arguments: dict[str, object] | None = None,
+        category: str | None = None,
     ) -> JobRecord:
-        """The ``running`` job of the call, its ledger entry ``started``; nothing ran yet."""
+        """The ``running`` job of the call, its ledger entry ``started`` and its audit
+        entry (``cli_run``, by ``cli:<user>``); nothing ran yet."""
         now = self._now()
         thread = cli_thread(now)
         async with translated("cli call begin"):
@@ -80,8 +83,30 @@ class CliCalls:
         entry = LedgerRecord(state="started", tool=tool, args_hash=args_hash, started_at=now)
         job_key = self._keys.job(job_id)
         ledger_key = self._keys.ledger(job_id)
+        audit = AuditEntry(
+            id=f"cli_run:{job_id}:{call_id}",
+            kind="cli_run",
+            at=now,
+            actor=record.requester,
+            job_id=job_id,
+            channel=thread.channel,
+            thread_ts=thread.thread_ts,
+            tool=tool,
+            call_id=call_id,
+            args_hash=args_hash,
+            arguments=arguments,
+            detail={
+                "confirmed_by": confirmed_by,
+                "idempotency_key": f"{job_id}:{call_id}",
+                **({"category": category} if category else {}),
+            },
+        )
+        outbox = self._keys.audit_outbox(thread.tag)
         async with translated("cli call begin"):
+            await self._redis.zadd(self._keys.audit_pending(), {thread.tag: now})
             async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.rpush(outbox, staged_json(audit))
+                pipe.expire(outbox, OUTBOX_TTL_S)
                 pipe.expire(self._keys.jobs_counter(thread), JOB_TTL_S)
                 pipe.hset(
                     job_key,
@@ -112,7 +137,8 @@ class CliCalls:
     ) -> JobRecord:
         """Record the outcome (``output`` already scrubbed) after the ``trace`` entries of
         the call (``TraceRecorder`` JSON), and end the job."""
-        await self._ledger.finish(f"{record.id}:{call_id}", output)
+        ledger = RedisLedger(self._redis, self._keys, now=self._now, actor=record.requester)
+        await ledger.finish(f"{record.id}:{call_id}", output)
         shown, _ = bound_output(output)
         reason = StopReason.COMPLETED if ok else StopReason.FAILED
         error = None if ok else (shown.strip().splitlines() or [""])[0]

@@ -35,8 +35,10 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.agent.state import RunState, StopReason
+from bot.store.audit import OUTBOX_TTL_S, AuditEntry, staged_json
 from bot.store.connection import StoreConflict, translated
-from bot.store.keys import JOB_TTL_S, Keys, Thread
+from bot.store.keys import JOB_TTL_S, Keys, Thread, thread_of
+from bot.store.staging import AuditNotify
 
 
 class JobStatus(StrEnum):
@@ -182,7 +184,8 @@ def job_prefixes(keys: Keys, thread: Thread) -> tuple[str, str]:
     return first[:-1], keys.job(first)[: -len(first)]
 
 
-# KEYS[1] job hash; ARGV: expected status, fence, new status, data.
+# KEYS[1] job hash, KEYS[2] (optional) the thread's audit outbox; ARGV: expected status,
+# fence, new status, data, ttl, and with KEYS[2] the audit entry and the outbox's ttl.
 # Returns 1, or an error string naming what did not match.
 _CAS = """
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
@@ -191,6 +194,22 @@ if cur[1] ~= ARGV[1] then return 'status:' .. cur[1] end
 if tonumber(ARGV[2]) < tonumber(cur[2] or '0') then return 'fence:' .. cur[2] end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'fence', ARGV[2], 'data', ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
+if KEYS[2] then
+  redis.call('RPUSH', KEYS[2], ARGV[6])
+  redis.call('EXPIRE', KEYS[2], ARGV[7])
+end
+return 1
+"""
+
+# KEYS[1] job hash, KEYS[2] the thread's audit outbox; ARGV: who, the channel, its
+# message, the audit entry, the outbox's ttl. The first Stop sets the flag and stages
+# its audit entry; every Stop is published (a process resuming the job reads the flag).
+_CANCEL = """
+if redis.call('HSETNX', KEYS[1], 'cancel', ARGV[1]) == 1 then
+  redis.call('RPUSH', KEYS[2], ARGV[4])
+  redis.call('EXPIRE', KEYS[2], ARGV[5])
+end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 """
 
@@ -227,7 +246,12 @@ class Jobs:
     """Create, read and change jobs; keep the scanner's index of live jobs."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, *, now: Callable[[], float] = time.time
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        *,
+        now: Callable[[], float] = time.time,
+        on_audit: AuditNotify | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
@@ -235,6 +259,8 @@ class Jobs:
         self._cas = redis.register_script(_CAS)
         self._finish = redis.register_script(_FINISH)
         self._create = redis.register_script(_CREATE)
+        self._cancel = redis.register_script(_CANCEL)
+        self._on_audit = on_audit
 
     async def create(
         self,
@@ -285,27 +311,35 @@ class Jobs:
         *,
         fence: int,
         via: Via | None = None,
+        audit: AuditEntry | None = None,
         **update: object,
     ) -> JobRecord:
         """Write ``record`` (with ``update``) as ``status``; atomic compare-and-set on the
         status the caller read and on the fencing token. A job that becomes ``running``
-        is due in the scanner's index at once (see the module docstring)."""
+        is due in the scanner's index at once (see the module docstring). ``audit``: the
+        entry that records this change (a limit raised, a stop), staged with it."""
         new_status = status or record.status
         if new_status is not record.status:
             check_transition(record.status, new_status, via)
         new = self._next(record, new_status, fence, **update)
+        keys = [self._keys.job(record.id)]
+        args: list[str | int | float] = [
+            record.status.value,
+            fence,
+            new_status.value,
+            new.model_dump_json(),
+            JOB_TTL_S,
+        ]
+        tag = record.thread.tag
         async with translated("job save"):
-            outcome = await self._cas(
-                keys=[self._keys.job(record.id)],
-                args=[
-                    record.status.value,
-                    fence,
-                    new_status.value,
-                    new.model_dump_json(),
-                    JOB_TTL_S,
-                ],
-            )
+            if audit is not None:
+                await self._redis.zadd(self._keys.audit_pending(), {tag: self._now()})
+                keys.append(self._keys.audit_outbox(tag))
+                args += [staged_json(audit), OUTBOX_TTL_S]
+            outcome = await self._cas(keys=keys, args=args)
         _raise_unless_ok(outcome, record)
+        if audit is not None and self._on_audit is not None:
+            self._on_audit(tag)
         if new_status.final:
             await self._unindex(record.id)
         elif new_status is JobStatus.RUNNING and record.status is not JobStatus.RUNNING:
@@ -348,11 +382,32 @@ class Jobs:
         """Stop a running job: the flag its loop reads every step (kept with the job,
         so a process resuming it after a crash sees it too), and a message that
         cancels an in-flight call at once in whichever process runs it."""
+        thread = thread_of(job_id)
+        now = self._now()
+        entry = AuditEntry(
+            id=f"job_stopped:{job_id}",
+            kind="job_stopped",
+            at=now,
+            actor=by,
+            job_id=job_id,
+            channel=thread.channel,
+            thread_ts=thread.thread_ts,
+            detail={"while": "running"},
+        )
         async with translated("job cancel"):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.hsetnx(self._keys.job(job_id), "cancel", by)
-                pipe.publish(self._keys.cancel_channel(), f"{job_id}|{by}")
-                await pipe.execute()
+            await self._redis.zadd(self._keys.audit_pending(), {thread.tag: now})
+            await self._cancel(
+                keys=[self._keys.job(job_id), self._keys.audit_outbox(thread.tag)],
+                args=[
+                    by,
+                    self._keys.cancel_channel(),
+                    f"{job_id}|{by}",
+                    staged_json(entry),
+                    OUTBOX_TTL_S,
+                ],
+            )
+        if self._on_audit is not None:
+            self._on_audit(thread.tag)
 
     async def cancel_requested(self, job_id: str) -> str | None:
         """Who pressed Stop on the job, if anyone."""

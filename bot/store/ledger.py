@@ -22,10 +22,13 @@ from typing import Literal
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from bot.agent.observe import ERROR_PREFIX
 from bot.agent.ports import LedgerEntry
 from bot.errors import StoreError
+from bot.store.audit import ACTOR_BOT, OUTBOX_TTL_S, AuditEntry, AuditKind, bound_result
 from bot.store.connection import translated
-from bot.store.keys import Keys
+from bot.store.keys import Keys, thread_of
+from bot.store.staging import AuditNotify, head_json
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,54 @@ class LedgerRecord(BaseModel):
         return LedgerEntry(state=self.state, output=self.output)
 
 
+MAX_AUDIT_RESULT = 2000  # a write's result, in the audit log
+
+# Who the audit log names for a write: ARGV's actor when given, else the approval's decider
+# (KEYS[3], the call's approval hash, when there is one), else the bot.
+_ACTOR = """
+local actor = ARGV[#ARGV]
+if actor == '' then
+  actor = redis.call('HGET', KEYS[3], 'decided_by') or 'opsloop'
+end
+"""
+
+# KEYS: ledger hash, the thread's audit outbox, the call's approval. ARGV: key, entry,
+# ttl, audit head when claimed, audit head when found started, outbox ttl, actor.
+# Returns {created, entry}: the entry as it stands (the earlier one when not created).
+_BEGIN = (
+    _ACTOR
+    + """
+local created = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local head = ''
+if created == 1 then
+  head = ARGV[4]
+elseif cjson.decode(raw)['state'] == 'started' then
+  head = ARGV[5]
+end
+if head ~= '' then
+  redis.call('RPUSH', KEYS[2], head .. ',"actor":' .. cjson.encode(actor) .. '}')
+  redis.call('EXPIRE', KEYS[2], ARGV[6])
+end
+return {created, raw}
+"""
+)
+
+# KEYS: ledger hash, the thread's audit outbox, the call's approval. ARGV: key, entry,
+# ttl, audit head, outbox ttl, actor.
+_FINISH = (
+    _ACTOR
+    + """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('RPUSH', KEYS[2], ARGV[4] .. ',"actor":' .. cjson.encode(actor) .. '}')
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return 1
+"""
+)
+
+
 def split_key(key: str) -> tuple[str, str]:
     """``(job_id, call_id)`` of an idempotency key ``{job_id}:{call_id}``."""
     parts = key.split(":", 3)
@@ -68,6 +119,35 @@ def bound_output(output: str) -> tuple[str, int | None]:
     return f"{head}\n… [cut: {len(raw)} bytes in all, first {MAX_OUTPUT_BYTES} kept]", len(raw)
 
 
+def _write_entry(
+    kind: AuditKind,
+    key: str,
+    *,
+    tool: str | None,
+    args_hash: str | None,
+    at: float,
+    outcome: str | None = None,
+    detail: dict[str, object] | None = None,
+) -> AuditEntry:
+    """A write's audit entry (its actor is set by the script)."""
+    job_id, call_id = split_key(key)
+    thread = thread_of(job_id)
+    return AuditEntry(
+        id=f"{kind}:{key}",
+        kind=kind,
+        at=at,
+        actor=ACTOR_BOT,
+        job_id=job_id,
+        channel=thread.channel,
+        thread_ts=thread.thread_ts,
+        tool=tool,
+        call_id=call_id,
+        args_hash=args_hash,
+        outcome=outcome,
+        detail={"idempotency_key": key, **(detail or {})},
+    )
+
+
 def _parse(key: str, raw: str) -> LedgerRecord:
     try:
         return LedgerRecord.model_validate_json(raw)
@@ -79,26 +159,60 @@ class RedisLedger:
     """Records mutating calls so that a crash never re-runs a write blindly."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, *, now: Callable[[], float] = time.time
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        *,
+        now: Callable[[], float] = time.time,
+        on_audit: AuditNotify | None = None,
+        actor: str | None = None,
     ) -> None:
+        """``actor``: who the audit log names for the writes (``cli:<user>``); by default
+        the approval's decider, else the bot."""
         self._redis = redis
         self._keys = keys
         self._now = now
+        self._on_audit = on_audit
+        self._actor = actor
+        self._begin = redis.register_script(_BEGIN)
+        self._finish = redis.register_script(_FINISH)
 
     async def begin(self, key: str, tool: str, args_hash: str) -> LedgerEntry | None:
-        """Record ``started``; return the earlier entry if the key was seen before."""
-        job_id, _ = split_key(key)
+        """Record ``started``; return the earlier entry if the key was seen before.
+
+        The audit entry goes with the ledger's in one script: ``write_started`` when the
+        key is claimed, ``write_unknown`` when it was found ``started`` (a write that
+        began and was never seen to end)."""
+        job_id, call_id = split_key(key)
         hash_key = self._keys.ledger(job_id)
-        record = LedgerRecord(
-            state="started", tool=tool, args_hash=args_hash, started_at=self._now()
+        now = self._now()
+        record = LedgerRecord(state="started", tool=tool, args_hash=args_hash, started_at=now)
+        tag = thread_of(job_id).tag
+        started = _write_entry("write_started", key, tool=tool, args_hash=args_hash, at=now)
+        unknown = _write_entry(
+            "write_unknown", key, tool=tool, args_hash=args_hash, at=now, outcome="unknown"
         )
         async with translated("ledger begin"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.hsetnx(hash_key, key, record.model_dump_json(exclude_none=True))
-                pipe.hget(hash_key, key)
-                pipe.expire(hash_key, LEDGER_TTL_S)
-                created, raw, _ = await pipe.execute()
-        if created:
+            await self._redis.zadd(self._keys.audit_pending(), {tag: now})
+            created, raw = await self._begin(
+                keys=[
+                    hash_key,
+                    self._keys.audit_outbox(tag),
+                    self._keys.approval(job_id, call_id),
+                ],
+                args=[
+                    key,
+                    record.model_dump_json(exclude_none=True),
+                    LEDGER_TTL_S,
+                    head_json(started, completed_with=("actor",)),
+                    head_json(unknown, completed_with=("actor",)),
+                    OUTBOX_TTL_S,
+                    self._actor or "",
+                ],
+            )
+        if int(created) or _parse(key, str(raw)).state == "started":
+            self._notify(tag)
+        if int(created):
             return None
         prior = _parse(key, str(raw))
         if prior.tool != tool or prior.args_hash != args_hash:
@@ -117,26 +231,59 @@ class RedisLedger:
         return prior.entry()
 
     async def finish(self, key: str, output: str) -> None:
-        """Record ``done`` with the (bounded) output, keeping what ``begin`` wrote."""
-        job_id, _ = split_key(key)
+        """Record ``done`` with the (bounded) output, keeping what ``begin`` wrote; its
+        audit entry (``write_finished``, the outcome and a bounded result) in the same
+        script."""
+        job_id, call_id = split_key(key)
         hash_key = self._keys.ledger(job_id)
         async with translated("ledger finish"):
             raw = await self._redis.hget(hash_key, key)
         prior = _parse(key, str(raw)) if raw else LedgerRecord(state="started")
         shown, full = bound_output(output)
+        now = self._now()
         record = prior.model_copy(
             update={
                 "state": "done",
-                "finished_at": self._now(),
+                "finished_at": now,
                 "output": shown,
                 "output_bytes": full,
             }
         )
+        tag = thread_of(job_id).tag
+        detail: dict[str, object] = {"result": bound_result(output, MAX_AUDIT_RESULT)}
+        if prior.started_at is not None:
+            detail["started_at"] = prior.started_at
+        finished = _write_entry(
+            "write_finished",
+            key,
+            tool=prior.tool,
+            args_hash=prior.args_hash,
+            at=now,
+            outcome="error" if output.startswith(ERROR_PREFIX) else "ok",
+            detail=detail,
+        )
         async with translated("ledger finish"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.hset(hash_key, key, record.model_dump_json(exclude_none=True))
-                pipe.expire(hash_key, LEDGER_TTL_S)
-                await pipe.execute()
+            await self._redis.zadd(self._keys.audit_pending(), {tag: now})
+            await self._finish(
+                keys=[
+                    hash_key,
+                    self._keys.audit_outbox(tag),
+                    self._keys.approval(job_id, call_id),
+                ],
+                args=[
+                    key,
+                    record.model_dump_json(exclude_none=True),
+                    LEDGER_TTL_S,
+                    head_json(finished, completed_with=("actor",)),
+                    OUTBOX_TTL_S,
+                    self._actor or "",
+                ],
+            )
+        self._notify(tag)
+
+    def _notify(self, tag: str) -> None:
+        if self._on_audit is not None:
+            self._on_audit(tag)
 
     async def entries(self, job_id: str) -> dict[str, LedgerRecord]:
         """Every entry of a job, by idempotency key (traces, tests)."""

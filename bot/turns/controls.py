@@ -33,6 +33,7 @@ from bot.store.approvals import (
     Outcome,
     refusal_text,
 )
+from bot.store.audit import AuditEntry, AuditKind
 from bot.store.connection import StoreConflict
 from bot.store.jobs import JobRecord, Jobs, JobStatus, LimitRaise
 
@@ -156,6 +157,7 @@ async def stop(approvals: Approvals, jobs: Jobs, job_id: str, by: str) -> StopOu
                 record,
                 JobStatus.CANCELLED,
                 fence=record.fence,
+                audit=_audit(record, "job_stopped", by, detail={"while": record.status.value}),
                 stop_reason=StopReason.CANCELLED.value,
                 error=stopped_by(by),
             )
@@ -201,16 +203,53 @@ async def raise_limit(jobs: Jobs, job_id: str, by: str, *, seq: int | None) -> J
     limits = record.limits.model_copy(
         update={field_name: type(getattr(record.limits, field_name))(current + amount)}
     )
-    raises = [*record.raises, LimitRaise(limit=name, amount=amount, by=by, at=time.time())]
+    raised_at = time.time()
+    raises = [*record.raises, LimitRaise(limit=name, amount=amount, by=by, at=raised_at)]
+    entry = _audit(
+        record,
+        "limit_raised",
+        by,
+        seq=len(raises),
+        at=raised_at,
+        detail={
+            "limit": name,
+            "amount": amount,
+            "from": getattr(record.limits, field_name),
+            "to": getattr(limits, field_name),
+        },
+    )
     try:
         return await jobs.save(
             record,
             JobStatus.RUNNING,
             fence=record.fence,
             via="raise",
+            audit=entry,
             limits=limits,
             raises=raises,
             stop_reason=None,
         )
     except StoreConflict:
         return "someone else continued or changed this job first"
+
+
+def _audit(
+    record: JobRecord,
+    kind: AuditKind,
+    by: str,
+    *,
+    seq: int | None = None,
+    at: float | None = None,
+    detail: dict[str, object],
+) -> AuditEntry:
+    """The audit entry of a change people make to a job (a stop, a limit raised)."""
+    return AuditEntry(
+        id=f"{kind}:{record.id}" + (f":{seq}" if seq is not None else ""),
+        kind=kind,
+        at=time.time() if at is None else at,
+        actor=by,
+        job_id=record.id,
+        channel=record.channel,
+        thread_ts=record.thread_ts,
+        detail=detail,
+    )

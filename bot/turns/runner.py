@@ -32,7 +32,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -48,6 +48,8 @@ from bot.agent.ports import (
     Denied,
     Injected,
     Pending,
+    Pricing,
+    Spend,
 )
 from bot.agent.read_artifact import with_read_artifact
 from bot.agent.state import StopReason
@@ -69,6 +71,7 @@ from bot.store.recent import RecentJobs
 from bot.store.session import JobSession
 from bot.store.trace import FeedbackEntry, TraceRecorder, append_if_traced
 from bot.turns import controls
+from bot.turns.audit import AuditPublisher
 from bot.turns.context import ThreadContext, context_first
 from bot.turns.controls import Authorize, StopOutcome, Verdict, stopped_by
 from bot.turns.facts import job_facts
@@ -120,6 +123,14 @@ class Turns:
     notifier: Notifier | None = None
     # OpenTelemetry traces of the runs (``bot.turns.otel``); None: off.
     tracing: Tracing | None = None
+    # What model calls cost (``bot.llm.prices``, loaded once per process); None: tokens only.
+    pricing: Pricing | None = None
+    # The workspace's daily caps every model call draws from (``bot.turns.spend``); None:
+    # no cap.
+    spend: Spend | None = None
+    # Chains the audit entries the stores stage (``bot.turns.audit``); None: the
+    # scanner's drain chains them (tests, tools).
+    audit: AuditPublisher | None = None
 
     jobs: Jobs = field(init=False)
     leases: Leases = field(init=False)
@@ -133,12 +144,13 @@ class Turns:
     draining: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        self.jobs = Jobs(self.redis, self.keys)
+        staged = self.audit.staged if self.audit is not None else None
+        self.jobs = Jobs(self.redis, self.keys, on_audit=staged)
         self.leases = Leases(self.redis, self.keys)
         self.receipts = Receipts(self.redis, self.keys)
         self.held = HeldMessages(self.redis, self.keys)
-        self.approvals = Approvals(self.redis, self.keys)
-        self.ledger = RedisLedger(self.redis, self.keys)
+        self.approvals = Approvals(self.redis, self.keys, on_audit=staged)
+        self.ledger = RedisLedger(self.redis, self.keys, on_audit=staged)
 
     # -- the ack path ---------------------------------------------------------------
 
@@ -516,6 +528,8 @@ class Turns:
             cancel=token,
             hand_over=lambda: self.draining,
             stream=self.settings.stream,
+            pricing=self.pricing,
+            spend=self.spend,
         )
         try:
             result = await run(config, record.progress, decision)
@@ -557,7 +571,7 @@ class Turns:
     async def _end(self, record: JobRecord, result: RunResult, fence: int, seen: int) -> str | None:
         """Save how the job ended; the id of a follow-up job if replies are pending."""
         status = JobStatus.of(result.stop_reason)
-        update: dict[str, object] = {
+        update: dict[str, Any] = {
             "progress": result.state,
             "stop_reason": result.stop_reason.value,
             "error": result.error,

@@ -21,6 +21,8 @@ process-wide index (``Jobs.due``) and at approvals past their expiry
 - an approval past its expiry: decide it ``expired`` (atomic; a click that won first
   stands), edit its card, and resume its job, whose model then reads
   ``Error: declined: approval expired``.
+- audit entries staged by a process that died before chaining them
+  (``AuditPublisher.drain``), and the audit log's retention.
 
 Indexes are hints: everything is re-read and every transition is a compare-and-set, so
 any number of processes may scan at once. A scan takes every job that is due, a page at
@@ -107,6 +109,8 @@ class Scanner:
             for job_id, call_id in await self.turns.approvals.take_card_edits(now):
                 await self._redo_card(job_id, call_id)
         await self._look_at_due(now)
+        if self.turns.audit is not None:
+            await self.turns.audit.drain()
 
     async def _redo_card(self, job_id: str, call_id: str) -> None:
         """Edit a decided card its deciding process never edited (it died after the
