@@ -575,3 +575,29 @@ class BotProcess:
     ) -> tuple[int, str]:
         """Wrap ``event`` in an envelope, sign it and post it."""
         return await self.post_event(event_body(event, event_id=event_id))
+
+
+async def opsloop_command(
+    redis: ManagedRedis, command: str, *args: str, **env: str
+) -> tuple[int, str, str]:
+    """Run ``opsloop COMMAND ARGS…`` (as ``python -m bot``) against ``redis``, as a
+    separate process with a bare environment: (exit code, stdout, stderr)."""
+    child_env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(REPO_ROOT),
+        "REDIS_URL": redis.url,
+        **env,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        command,
+        *args,
+        env=child_env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

@@ -6,10 +6,7 @@ to ``OPSLOOP_AUDIT_CHANNEL``."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,30 +23,13 @@ from .approvals_kit import (
     wait_until,
 )
 from .conftest import StartBot
-from .harness import REPO_ROOT, ScriptedModel, mention
+from .harness import ScriptedModel, mention, opsloop_command
 
 AUDIT_CHANNEL = "CAUDIT001"
 
 
 async def opsloop_audit(redis: ManagedRedis, *args: str) -> tuple[int, str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(REPO_ROOT),
-        "REDIS_URL": redis.url,
-    }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "audit",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await opsloop_command(redis, "audit", *args)
 
 
 async def audit_json(redis: ManagedRedis, *args: str) -> list[dict[str, Any]]:

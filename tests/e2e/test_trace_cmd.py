@@ -4,10 +4,7 @@ who asked, each model call, the approval and who gave it, the call that ran with
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 
 from bot.emulator.redis_server import ManagedRedis
@@ -23,29 +20,11 @@ from .approvals_kit import (
     wait_until,
 )
 from .conftest import StartBot
-from .harness import REPO_ROOT, ScriptedModel, mention
+from .harness import ScriptedModel, mention, opsloop_command
 
 
 async def opsloop_trace(redis: ManagedRedis, *args: str, **env: str) -> tuple[int, str, str]:
-    child_env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(REPO_ROOT),
-        "REDIS_URL": redis.url,
-        **env,
-    }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "trace",
-        *args,
-        env=child_env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await opsloop_command(redis, "trace", *args, **env)
 
 
 async def test_trace_tells_the_story_of_an_approved_restart(
