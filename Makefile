@@ -18,6 +18,8 @@ run: setup
 
 test: setup
 	$(PYTHON) -m pytest
+	OPSLOOP_TEST_REDIS=cluster $(PYTHON) -m pytest -q tests/store
+	OPSLOOP_TEST_REDIS=sentinel $(PYTHON) -m pytest -q tests/store
 
 lint: setup
 	ruff check bot tools tests benchmarks
@@ -42,6 +44,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/takeover.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/otel.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/audit.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/chaos_soak.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info

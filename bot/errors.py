@@ -6,6 +6,8 @@
     ├── RunError               a job's run failed; carries the job id
     ├── StoreError             Redis (state, history, queues) failed
     │   ├── StoreUnavailable   bot/store/connection.py: Redis unreachable or too slow
+    │   │   └── NotReplicated  bot/store/replicas.py: too few replicas confirmed a
+    │   │                      write in time (``OPSLOOP_REDIS_MIN_REPLICAS``)
     │   ├── StoreConflict      bot/store/connection.py: a write refused (stale fencing
     │   │                      token, a job status transition not allowed)
     │   └── HandedOver         not a failure: the run stopped at a step boundary for another

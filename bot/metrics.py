@@ -3,20 +3,23 @@
 ``Metrics`` holds two registries. ``registry``: what this process did — jobs by how they
 ended, model calls (time, tokens, cost in dollars, failures per model), tool runs (outcome,
 time), feedback on answers (``opsloop_feedback_total{value}``, fed by
-``bot.slack.feedback``), the time to answer Slack, the event loop's lag, and
-``opsloop_redis_up``. ``live``: what the whole workspace has open right now (live jobs,
-pending approvals), read from Redis at each scrape and left out when Redis does not answer
-rather than shown stale.
+``bot.slack.feedback``), the time to answer Slack, the event loop's lag,
+``opsloop_redis_up``, and this process's admission control (jobs running here, its limit,
+the jobs it left queued for lack of room: ``watch_jobs``). ``live``: what the whole
+workspace has open right now (live jobs, pending approvals), read from Redis at each scrape
+and left out when Redis does not answer rather than shown stale.
 
 Who feeds them: the Slack edge's job reporter (``bot.slack.notifier``: jobs, model
 calls, tools), its transports (``bot.slack.http``, ``bot.slack.socket``: ack time and the
 scrape), and ``watch_loop`` (loop lag), started by the composition root
-(``bot.service``). Nothing here knows Slack or Redis.
+(``bot.service``), which also hands ``watch_jobs`` the process's job counts
+(``bot.turns.tasks``). Nothing here knows Slack or Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -83,6 +86,30 @@ class Metrics:
         self.redis_up = Gauge(
             "opsloop_redis_up", "1 when Redis answered this scrape", registry=self.registry
         )
+        # Admission control (``bot.turns.tasks``): read from the process at each scrape.
+        self.running_jobs = Gauge(
+            "opsloop_running_jobs",
+            "Jobs this process runs now (at most its limit, plus a small reserve for resumes)",
+            registry=self.registry,
+        )
+        self.max_running_jobs = Gauge(
+            "opsloop_max_running_jobs",
+            "Jobs this process runs at once before it leaves new ones queued "
+            "(OPSLOOP_MAX_RUNNING_JOBS)",
+            registry=self.registry,
+        )
+        self.waiting_jobs = Gauge(
+            "opsloop_jobs_waiting_for_room",
+            "Jobs this process left queued for lack of room and takes when it has some",
+            registry=self.registry,
+        )
+        self.queued_for_room = Counter(
+            "opsloop_jobs_queued_for_room",
+            "Jobs this process left queued (in Redis, for any process with room) because "
+            "it ran its limit",
+            registry=self.registry,
+        )
+        self._jobs_here: Callable[[], Mapping[str, int]] | None = None
         # Read from Redis at each scrape (the whole workspace, every process); absent
         # when Redis does not answer rather than a stale figure.
         self.live = CollectorRegistry()
@@ -106,6 +133,18 @@ class Metrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=self.registry,
         )
+
+    def watch_jobs(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        """Read the process's job counts at each scrape: ``counts()`` gives ``running``,
+        ``limit`` and ``waiting`` (``Tasks.counts``)."""
+        self._jobs_here = counts
+        self.running_jobs.set_function(lambda: counts()["running"])
+        self.max_running_jobs.set_function(lambda: counts()["limit"])
+        self.waiting_jobs.set_function(lambda: counts()["waiting"])
+
+    def jobs_here(self) -> dict[str, int] | None:
+        """The process's job counts (for ``/healthz``), or None when nobody gave them."""
+        return dict(self._jobs_here()) if self._jobs_here is not None else None
 
     def scrape(self, live: tuple[int, int] | None) -> bytes:
         """The body of one scrape. ``live``: the workspace's live jobs and pending

@@ -59,9 +59,10 @@ from bot.slack.progress import budget_sender
 from bot.slack.tasks import TASK_CARDS
 from bot.slack.updates import UpdateBudget
 from bot.store.audit import AuditLog
-from bot.store.connection import connect, durability
+from bot.store.connection import RedisTarget, connect, durability
 from bot.store.jobs import JobLimits
 from bot.store.keys import Keys
+from bot.store.replicas import Replication
 from bot.turns.audit import AuditPublisher
 from bot.turns.otel import Tracing, TracingOptions, open_tracing
 from bot.turns.runner import Turns, TurnSettings
@@ -189,7 +190,7 @@ class Service:
         """Build every part from the settings (see the module docstring)."""
         require(bot, socket=socket)
         assert bot.redis_url is not None
-        redis = connect(bot.redis_url)
+        redis = connect(RedisTarget.of(bot))
         setting = await durability(redis)
         if setting is not None and not setting.every_write:
             log.warning("Redis durability: %s", setting.describe())
@@ -248,14 +249,21 @@ class Service:
             ),
             tracing=tracing,
             audit=audit,
+            replication=Replication(min_replicas=bot.redis_min_replicas),
         )
-        tasks = Tasks(turns, drain_s=bot.drain_s)
+        tasks = Tasks(
+            turns,
+            drain_s=bot.drain_s,
+            max_running=bot.max_running_jobs,  # OPSLOOP_MAX_RUNNING_JOBS
+            on_left_queued=metrics.queued_for_room.inc,
+        )
+        metrics.watch_jobs(tasks.counts)
         interactions = Interactions(
             client=client,
             budget=budget,
             turns=turns,
             policy=policy,
-            schedule=tasks.schedule,
+            schedule=tasks.resume,  # a click resumes a job under way (bot.turns.tasks)
             background=tasks.spawn,
             approval_channel=bot.approval_channel,
             caps=caps,
@@ -273,6 +281,8 @@ class Service:
         scanner = Scanner(
             turns,
             schedule=tasks.schedule,
+            resume=tasks.resume,
+            waits=tasks.waits,
             on_expired=interactions.card_expired,
             on_remind=interactions.remind,
             on_card=interactions.redo_card,

@@ -11,7 +11,7 @@ import re
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
@@ -202,6 +202,13 @@ class BotSettings(BaseSettings):
     slack_api_url: str = Field(DEFAULT_SLACK_API_URL, alias="SLACK_API_URL")
     redis_url: str | None = Field(None, alias="REDIS_URL", repr=False)
     redis_prefix: str = Field("opsloop:", alias="OPSLOOP_REDIS_PREFIX", min_length=1)
+    redis_mode: Literal["standalone", "cluster", "sentinel"] = Field(
+        "standalone", alias="OPSLOOP_REDIS_MODE"
+    )
+    redis_sentinels: str = Field("", alias="REDIS_SENTINELS")  # host:port,host:port
+    redis_sentinel_master: str | None = Field(None, alias="REDIS_SENTINEL_MASTER")
+    redis_min_replicas: int = Field(0, alias="OPSLOOP_REDIS_MIN_REPLICAS", ge=0, le=16)
+    max_running_jobs: int | None = Field(None, alias="OPSLOOP_MAX_RUNNING_JOBS", gt=0)
     approvers: str = Field("", alias="OPSLOOP_APPROVERS")
     allowed_bots: str = Field("", alias="OPSLOOP_ALLOWED_BOTS")
     max_iterations: int = Field(DEFAULT_MAX_ITERATIONS, alias="OPSLOOP_MAX_ITERATIONS", gt=0)
@@ -236,6 +243,8 @@ class BotSettings(BaseSettings):
     port: int = Field(DEFAULT_PORT, alias="PORT", gt=0, lt=65536)
 
     @field_validator(
+        "redis_sentinel_master",
+        "max_running_jobs",
         "audit_channel",
         "daily_token_budget",
         "daily_cost_usd",
@@ -259,6 +268,42 @@ class BotSettings(BaseSettings):
             # Named without the value: it may carry a password.
             raise ValueError("must start with " + ", ".join(REDIS_SCHEMES))
         return value
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinel_addresses(cls, value: str) -> str:
+        for entry in (e.strip() for e in value.split(",")):
+            host, sep, port = entry.rpartition(":")
+            if entry and not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+                raise ValueError(f"{entry!r} is not host:port (a comma-separated list)")
+        return value
+
+    @model_validator(mode="after")
+    def _redis_topology(self) -> BotSettings:
+        """What each ``OPSLOOP_REDIS_MODE`` needs. In sentinel mode ``REDIS_URL`` is
+        optional (``redis://``: no TLS, no password): only its scheme, user, password and
+        database are used. Raised as ``ConfigError`` naming the variable (this check
+        spans fields, so pydantic's error would name none)."""
+        mode = self.redis_mode
+        if mode == "sentinel":
+            if not self.redis_sentinels.strip(" ,"):
+                raise ConfigError("REDIS_SENTINELS: required with OPSLOOP_REDIS_MODE=sentinel")
+            if not self.redis_sentinel_master:
+                raise ConfigError(
+                    "REDIS_SENTINEL_MASTER: required with OPSLOOP_REDIS_MODE=sentinel"
+                )
+            if self.redis_url is None:
+                self.redis_url = "redis://"
+        elif mode == "cluster":
+            if self.redis_url is None:
+                raise ConfigError(
+                    "REDIS_URL: required with OPSLOOP_REDIS_MODE=cluster (any node of the cluster)"
+                )
+            if self.redis_url.startswith("unix://"):
+                raise ConfigError(
+                    "REDIS_URL: a cluster is reached over TCP (redis:// or rediss://)"
+                )
+        return self
 
     @field_validator("slack_api_url")
     @classmethod

@@ -31,7 +31,10 @@ process
     (SIGTERM, a short grace, SIGKILL) — on its own timeout, when ``execute`` is
     cancelled (the core's timeout, the job's deadline, Stop), and when the program
     exits, for anything it left running in its group: a call's processes never
-    outlive it (long-running work belongs to a service manager).
+    outlive it (long-running work belongs to a service manager). The program also dies
+    with the bot (``setpriv --pdeathsig KILL``): a bot process SIGKILLed mid-call leaves
+    no tool running without its timeout (the call's outcome is then unknown, and
+    reported so).
 capture
     stdout and stderr are read as they arrive into bounded buffers: the head up to
     the cap and a short rolling tail; the bytes in between are only counted, so a
@@ -48,9 +51,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import shlex
+import shutil
 import signal
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -381,12 +386,36 @@ class _Child:
                 pipe.close()
 
 
+SETPRIV = shutil.which("setpriv")  # util-linux: every Debian system has it
+
+
+def _dies_with_us(argv: list[str], env: dict[str, str], cwd: str | None) -> list[str]:
+    """``argv`` run so that it is SIGKILLed if this process dies (a crash, a SIGKILL):
+    ``setpriv --pdeathsig KILL`` sets the signal and execs the program in place, so the
+    program is still our child. The program is looked up first, so a missing one is the
+    same "cannot run" as without the wrapper. Without setpriv, the program as it is."""
+    if SETPRIV is None:
+        return argv
+    program = argv[0]
+    if os.sep in program:  # a path: as exec would find it, from the call's cwd
+        where = os.path.join(cwd or os.getcwd(), program)
+        if not os.path.exists(where):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        if os.path.isdir(where) or not os.access(where, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    else:
+        # setpriv finds it on the same PATH (execvp); looked up here for the error.
+        if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    return [SETPRIV, "--pdeathsig", "KILL", "--", program, *argv[1:]]
+
+
 async def _spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, capture: int) -> _Child:
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv,
+            *_dies_with_us(argv, env, cwd),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out_w,
             stderr=err_w,

@@ -6,6 +6,7 @@ core only needs what is here to validate, confirm, run and bound a call.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -110,8 +111,17 @@ def runs_in_parallel(tool: Tool) -> bool:
 
 
 def tool_spec(tool: Tool) -> ToolSpec:
-    """The model-facing spec; ``confirmed_by`` is never offered to the model."""
-    schema = tool.args_model.model_json_schema()
+    """The model-facing spec; ``confirmed_by`` is never offered to the model. The
+    parameters are built once per argument model and shared, read-only, by every run
+    (pydantic's ``model_json_schema`` cost about 0.6 ms of each job)."""
+    return ToolSpec(
+        name=tool.name, description=tool.description, parameters=_parameters(tool.args_model)
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _parameters(args_model: type[BaseModel]) -> dict[str, Any]:
+    schema = args_model.model_json_schema()
     props = schema.get("properties")
     if isinstance(props, dict) and CONFIRMED_BY in props:
         schema = dict(schema)
@@ -122,7 +132,7 @@ def tool_spec(tool: Tool) -> ToolSpec:
         else:
             schema.pop("required", None)
     schema.pop("title", None)
-    return ToolSpec(name=tool.name, description=tool.description, parameters=schema)
+    return schema
 
 
 def canonical_json(value: object) -> str:

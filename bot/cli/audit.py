@@ -26,7 +26,7 @@ from bot.agent.redact import redact_secrets
 from bot.errors import ConfigError, StoreError
 from bot.store.audit import AuditEntry, AuditLog, Stored
 from bot.store.audit_entry import short_detail
-from bot.store.connection import connect
+from bot.store.connection import RedisTarget, connect
 from bot.store.keys import Keys
 
 DETAIL_CHARS = 60
@@ -133,7 +133,9 @@ def row(entry: AuditEntry) -> str:
 # -- the command ----------------------------------------------------------------------
 
 
-async def _query(url: str, keys: Keys, query: Query, emit: Callable[[Stored], None]) -> int:
+async def _query(
+    url: str | RedisTarget, keys: Keys, query: Query, emit: Callable[[Stored], None]
+) -> int:
     redis = connect(url, max_connections=2)
     try:
         count = 0
@@ -152,7 +154,7 @@ async def _query(url: str, keys: Keys, query: Query, emit: Callable[[Stored], No
         await redis.aclose()
 
 
-async def _verify(url: str, keys: Keys) -> tuple[bool, str]:
+async def _verify(url: str | RedisTarget, keys: Keys) -> tuple[bool, str]:
     redis = connect(url, max_connections=2)
     try:
         report = await AuditLog(redis, keys).verify()
@@ -198,7 +200,7 @@ def main(
     keys = Keys(settings.redis_prefix)
     try:
         if action == "verify":
-            ok, line = asyncio.run(_verify(settings.redis_url, keys))
+            ok, line = asyncio.run(_verify(RedisTarget.of(settings), keys))
             print(line)
             return 0 if ok else 1
         if not as_json:
@@ -207,7 +209,7 @@ def main(
         def emit(stored: Stored) -> None:
             print(stored.raw if as_json else row(stored.entry), flush=as_json)
 
-        count = asyncio.run(_query(settings.redis_url, keys, query, emit))
+        count = asyncio.run(_query(RedisTarget.of(settings), keys, query, emit))
     except StoreError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"opsloop audit: {first}", file=sys.stderr)

@@ -44,7 +44,13 @@ from bot.llm.http import make_http_client
 from bot.prompts import load_system_prompt
 from bot.scrub import Scrubber
 from bot.settings import BotSettings, LLMSettings, ToolSettings
-from bot.store.connection import StoreUnavailable, connect, durability, translated
+from bot.store.connection import (
+    RedisTarget,
+    StoreUnavailable,
+    connect,
+    durability,
+    translated,
+)
 from tools.packs import PackConfig
 from tools.packs.supervisor_rpc import SupervisorClient
 from tools.registry import BUILTIN, open_catalog
@@ -116,11 +122,14 @@ def check_settings(config: Config) -> tuple[Verdict, Sequence[ModelSpec]]:
     return ok("settings", f"{config.mode} has {names}"), chain
 
 
-async def check_redis(url: str) -> list[Verdict]:
-    parts = urlsplit(url)
-    where = parts.path if parts.scheme == "unix" else address(url, default_port=6379)
+async def check_redis(url: str | RedisTarget) -> list[Verdict]:
+    target = url if isinstance(url, RedisTarget) else RedisTarget(url)
+    parts = urlsplit(target.url)
+    where = parts.path if parts.scheme == "unix" else address(target.url, default_port=6379)
+    if target.mode == "sentinel":
+        where = target.where()
     try:
-        redis = connect(url, socket_timeout_s=REDIS_TIMEOUT_S, connect_timeout_s=REDIS_TIMEOUT_S)
+        redis = connect(target, socket_timeout_s=REDIS_TIMEOUT_S, connect_timeout_s=REDIS_TIMEOUT_S)
     except ValueError as exc:
         return [fail("redis", f"REDIS_URL is not a Redis URL ({exc})")]
     try:
@@ -375,7 +384,7 @@ async def run(config: Config, emit: Callable[[str], None]) -> int:
     settings_line, chain = check_settings(config)
     groups: list[Awaitable[list[Verdict]]] = [
         _now([settings_line]),
-        check_redis(config.bot.redis_url or ""),
+        check_redis(RedisTarget.of(config.bot)),
         check_slack(config),
         check_models(config, chain) if chain else _now([]),  # settings says why not
         check_tools(config.tools),

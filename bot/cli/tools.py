@@ -57,7 +57,7 @@ from bot.errors import ConfigError, StoreError, ToolError
 from bot.settings import ToolSettings, load_bot_settings, load_tool_settings
 from bot.store.audit import AuditLog
 from bot.store.cli_calls import CliCalls
-from bot.store.connection import connect
+from bot.store.connection import RedisTarget, connect
 from bot.store.jobs import JobRecord
 from bot.store.keys import Keys
 from bot.store.trace import TraceRecorder
@@ -219,7 +219,7 @@ async def _run(
 class _Record:
     """Where a mutating or destructive call is put on the record (``bot.store.cli_calls``)."""
 
-    redis_url: str
+    redis_url: str | RedisTarget
     keys: Keys
 
     async def run(
@@ -287,7 +287,7 @@ def _recording(tool: Tool, args: argparse.Namespace) -> _Record | None:
     ``--unrecorded``)."""
     settings = load_bot_settings()
     if settings.redis_url is not None:
-        return _Record(settings.redis_url, Keys(settings.redis_prefix))
+        return _Record(RedisTarget.of(settings), Keys(settings.redis_prefix))
     if not args.unrecorded:
         print(
             f"warning: {tool.name} is {tool.category} and REDIS_URL is not set: this call "

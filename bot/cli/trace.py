@@ -32,7 +32,7 @@ from bot.agent.messages import AssistantMessage, Malformed, UserMessage
 from bot.errors import ConfigError, StoreError
 from bot.llm.prices import cost_text
 from bot.store.approvals import ApprovalRecord, Approvals
-from bot.store.connection import connect, translated
+from bot.store.connection import RedisTarget, connect, translated
 from bot.store.history import load_message
 from bot.store.jobs import JobRecord, Jobs
 from bot.store.keys import Keys, Thread
@@ -115,7 +115,7 @@ class JobTrace:
         return found.malformed
 
 
-async def load(redis_url: str, keys: Keys, target: Target) -> list[JobTrace]:
+async def load(redis_url: str | RedisTarget, keys: Keys, target: Target) -> list[JobTrace]:
     """The target's jobs with their traces and approvals, oldest first (may be empty)."""
     redis = connect(redis_url, max_connections=4)
     try:
@@ -386,7 +386,7 @@ def main(target_text: str, *, as_json: bool = False) -> int:
     assert settings.redis_url is not None
     keys = Keys(settings.redis_prefix)
     try:
-        traces = asyncio.run(load(settings.redis_url, keys, target))
+        traces = asyncio.run(load(RedisTarget.of(settings), keys, target))
     except StoreError as exc:
         print(f"opsloop trace: {exc}", file=sys.stderr)
         return 1

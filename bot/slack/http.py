@@ -5,7 +5,9 @@ signature on the raw bytes (401) and its shape (a signed but malformed payload g
 200, never a 5xx); a listener's ``StoreError`` is the one 503. See that module for the
 split. Each answer to Slack is timed into ``opsloop_ack_seconds``.
 
-``/healthz`` is 200 only when Redis answers (503 within ``HEALTH_TIMEOUT_S``);
+``/healthz`` is 200 only when Redis answers (503 within ``HEALTH_TIMEOUT_S``); its JSON
+body also says how many jobs the process runs, its limit and how many it left waiting
+for room (``"jobs"``, when the composition root gave the counts: ``Metrics.watch_jobs``);
 ``/metrics`` is the process's metrics plus the workspace's live counts (``Turns``), those
 left out when Redis does not answer. Socket Mode serves the same two without
 ``/slack/events`` (``bot.slack.socket``).
@@ -55,7 +57,10 @@ class _Routes:
                 await self.turns.ping()
         except (StoreError, TimeoutError):
             return web.json_response({"ok": False, "redis": "unavailable"}, status=503)
-        return web.json_response({"ok": True})
+        body: dict[str, object] = {"ok": True}
+        if (jobs := self.metrics.jobs_here()) is not None:
+            body["jobs"] = jobs
+        return web.json_response(body)
 
     async def scrape(self, request: web.Request) -> web.Response:
         live: tuple[int, int] | None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -21,7 +22,7 @@ from bot.agent.ports import Injected
 from bot.agent.state import StopReason
 from bot.metrics import Metrics
 from bot.slack.assistant import card_channel, post_card_elsewhere
-from bot.slack.blocks import approval_card
+from bot.slack.blocks import ACTION_STOP, approval_card
 from bot.slack.identity import BotIdentity
 from bot.slack.progress import JobProgress
 from bot.slack.updates import UpdateBudget
@@ -34,6 +35,47 @@ log = logging.getLogger(__name__)
 
 FINISH_TIMEOUT_S = 60.0  # posting the answer and the ending
 AWAITING = StopReason.AWAITING_APPROVAL
+
+
+FIND_STATUS_TIMEOUT_S = 3.0
+FIND_STATUS_PAGE = 200
+
+
+async def find_status(
+    client: AsyncWebClient, record: JobRecord, *, bot_user: str | None
+) -> str | None:
+    """The ts of this job's status message in its thread (the bot's message with the
+    job's Stop button), posted by a process that died before saving it; None when there
+    is none, or Slack cannot say within ``FIND_STATUS_TIMEOUT_S``."""
+    try:
+        reply = await asyncio.wait_for(
+            client.conversations_replies(
+                channel=record.channel, ts=record.thread_ts, limit=FIND_STATUS_PAGE
+            ),
+            FIND_STATUS_TIMEOUT_S,
+        )
+    except Exception:
+        log.info("could not look for job %s's status message", record.id, exc_info=True)
+        return None
+    for message in reply.get("messages") or []:
+        if bot_user is not None and message.get("user") not in (bot_user, None):
+            continue
+        if _has_stop_for(message.get("blocks") or [], record.id):
+            return str(message["ts"])
+    return None
+
+
+def _has_stop_for(blocks: Sequence[Any], job_id: str) -> bool:
+    for block in blocks:
+        elements = block.get("elements") if isinstance(block, dict) else None
+        for element in elements or []:
+            if (
+                isinstance(element, dict)
+                and element.get("action_id") == ACTION_STOP
+                and element.get("value") == job_id
+            ):
+                return True
+    return False
 
 
 class Reporter:
@@ -100,16 +142,21 @@ class SlackNotifier:
         self.approvers = approvers
         self.metrics = metrics
 
-    async def open_progress(self, record: JobRecord) -> Reporter:
-        """The job's face in the thread, opened once this process holds its lease."""
+    async def open_progress(self, record: JobRecord, *, taken_over: bool = False) -> Reporter:
+        """The job's face in the thread, opened once this process holds its lease; a job
+        taken over with no status message on record adopts the one its first process
+        posted before dying, if the thread has it (``find_status``)."""
         try:
             await self.identity.load()
         except Exception:
             log.info("auth.test failed; answers are shown without chat streaming", exc_info=True)
         progress = JobProgress(self.client, self.budget, record, team_id=self.identity.team_id)
         try:
-            if record.meta.get("status_ts"):  # resumed: take its status message over
-                progress.status_ts = record.meta["status_ts"]
+            adopted = None
+            if not record.meta.get("status_ts") and taken_over:
+                adopted = await find_status(self.client, record, bot_user=self.identity.user)
+            if record.meta.get("status_ts") or adopted:  # resumed: take its message over
+                progress.status_ts = record.meta.get("status_ts") or adopted
                 progress.refresh()
             else:
                 await progress.start()

@@ -454,6 +454,16 @@ class JobProgress:
                 # minutes behind under load, and the job must not hold its lease and
                 # memory until then. The budget sends the newest content of each message.
                 self._budget.submit(self.channel, self.status_ts, ending, urgent=True)
+            else:
+                # The status message never reached the thread (Slack refused it past its
+                # retries): the ending is a message of its own, so the thread still says
+                # how the job ended.
+                await self._client.chat_postMessage(
+                    channel=self.channel,
+                    thread_ts=self.record.thread_ts,
+                    text=ending.text,
+                    blocks=ending.blocks,
+                )
         except Exception:
             log.exception("reporting the end of job %s failed", self.record.id)
         finally:

@@ -49,7 +49,9 @@ from bot.agent.ports import Approved, Denied
 from bot.errors import StoreError
 from bot.store.audit import ACTOR_BOT, OUTBOX_TTL_S, AuditEntry, bound_result, staged_json
 from bot.store.connection import translated
+from bot.store.failover import retried
 from bot.store.keys import Keys, thread_of
+from bot.store.replicas import NONE, Replication, replicated
 from bot.store.staging import AuditNotify, head_json
 
 log = logging.getLogger(__name__)
@@ -155,8 +157,9 @@ return 1
 
 # KEYS[1] approval hash, KEYS[2] the thread's audit outbox. ARGV: outcome, decided_by
 # ('' = none), args_hash ('' = any), now, the audit entry's JSON without its closing brace,
-# the outbox's ttl. A won decision stages its audit entry, completed with what only the
-# record knows (the tool, the arguments hash, the card), in the same script.
+# the outbox's ttl, touch a decided record ('1' when replication is asked for). A won
+# decision stages its audit entry, completed with what only the record knows (the tool,
+# the arguments hash, the card), in the same script.
 # Returns {verdict, field, value, ...}; verdict is won | decided | expired | stale | early,
 # or {'missing'} when there is no record.
 _DECIDE = """
@@ -166,8 +169,12 @@ end
 local outcome, by, want, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local verdict = 'won'
 local expires_at = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
-if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
+local current = redis.call('HGET', KEYS[1], 'status')
+if current ~= 'pending' then
   verdict = 'decided'
+  if ARGV[7] == '1' then  -- replication asked for: the WAIT behind must cover the decision
+    redis.call('HSET', KEYS[1], 'status', current)
+  end
 elseif (outcome == 'approved' or outcome == 'denied') and now >= expires_at then
   verdict = 'expired'
 elseif want ~= '' and want ~= redis.call('HGET', KEYS[1], 'args_hash') then
@@ -242,6 +249,16 @@ def _from_hash(fields: dict[str, str]) -> ApprovalRecord:
         raise StoreError(f"corrupt approval record: {exc}") from exc
 
 
+def _own(fields: dict[str, str], outcome: Outcome, by: str | None, at: str) -> bool:
+    """Whether a decided record is the decision this call made (same outcome, same
+    decider, same moment): how a retried ``decide`` knows its own won decision."""
+    return (
+        fields.get("status") == outcome
+        and (fields.get("decided_by") or "") == (by or "")
+        and fields.get("decided_at") == at
+    )
+
+
 def _check_user(by: str) -> None:
     if not _USER_ID.match(by):
         raise ValueError(f"not a raw Slack user id: {by!r}")
@@ -268,11 +285,18 @@ class Approvals:
     """Create, read and decide approvals; list the ones past their expiry."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, *, on_audit: AuditNotify | None = None
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        *,
+        on_audit: AuditNotify | None = None,
+        replication: Replication = NONE,
     ) -> None:
+        """``replication``: the replicas a decision waits for (``bot.store.replicas``)."""
         self._redis = redis
         self._keys = keys
         self._on_audit = on_audit
+        self._replication = replication
         self._create = redis.register_script(_CREATE)
         self._decide = redis.register_script(_DECIDE)
         self._set_card = redis.register_script(_SET_CARD)
@@ -334,8 +358,12 @@ class Approvals:
         return existing
 
     async def get(self, job_id: str, call_id: str) -> ApprovalRecord | None:
-        async with translated("approval get"):
-            fields = await self._redis.hgetall(self._keys.approval(job_id, call_id))
+        async def attempt() -> dict[str, str]:
+            async with translated("approval get"):
+                got = await self._redis.hgetall(self._keys.approval(job_id, call_id))
+            return {str(k): str(v) for k, v in got.items()}
+
+        fields = await retried("approval get", attempt)
         return _from_hash({str(k): str(v) for k, v in fields.items()}) if fields else None
 
     async def of_calls(self, job_id: str, call_ids: Sequence[str]) -> list[ApprovalRecord]:
@@ -392,24 +420,39 @@ class Approvals:
         if by:
             _check_user(by)
         tag = self._keys_thread_tag(job_id)
-        async with translated("approval decide"):
-            # The hints first (see the module docstring): a won decision always has one.
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zadd(self._keys.card_edits(), {index_member(job_id, call_id): now}, nx=True)
-                pipe.zadd(self._keys.audit_pending(), {tag: now})
-                await pipe.execute()
-            reply = await self._decide(
+        at = repr(float(now))
+
+        async def attempt() -> list[str]:
+            async with translated("approval decide"):
+                # The hints first (see the module docstring): a won decision always has one.
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.zadd(
+                        self._keys.card_edits(), {index_member(job_id, call_id): now}, nx=True
+                    )
+                    pipe.zadd(self._keys.audit_pending(), {tag: now})
+                    await pipe.execute()
+            reply: list[str] = await replicated(
+                self._redis,
+                self._replication,
+                "approval decide",
+                self._decide,
                 keys=[self._keys.approval(job_id, call_id), self._keys.audit_outbox(tag)],
                 args=[
                     outcome,
                     by or "",
                     args_hash or "",
-                    repr(float(now)),
+                    at,
                     decided_entry_head(job_id, call_id, outcome=outcome, by=by, at=now),
                     OUTBOX_TTL_S,
+                    self._replication.touch,
                 ],
             )
+            return reply
+
+        reply = await retried("approval decide", attempt)  # bot.store.failover
         verdict, fields = reply[0], _pairs(reply[1:])
+        if verdict == "decided" and _own(fields, outcome, by, at):
+            verdict = "won"  # a retry of this very decision, whose first reply was lost
         if verdict == "won":
             self._staged(tag)
         if verdict == "missing":

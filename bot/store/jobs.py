@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bot.agent.state import RunState, StopReason
 from bot.store.audit import OUTBOX_TTL_S, AuditEntry, staged_json
 from bot.store.connection import StoreConflict, translated
+from bot.store.failover import retried
 from bot.store.keys import JOB_TTL_S, Keys, Thread, thread_of
 from bot.store.staging import AuditNotify
 
@@ -287,8 +288,12 @@ class Jobs:
         return record
 
     async def get(self, job_id: str) -> JobRecord | None:
-        async with translated("job get"):
-            raw = await self._redis.hget(self._keys.job(job_id), "data")
+        async def attempt() -> str | None:
+            async with translated("job get"):
+                got = await self._redis.hget(self._keys.job(job_id), "data")
+            return None if got is None else str(got)
+
+        raw = await retried("job get", attempt)  # a read: safe to retry (bot.store.failover)
         return JobRecord.model_validate_json(raw) if raw else None
 
     async def current(self, thread: Thread) -> JobRecord | None:

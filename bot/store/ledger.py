@@ -27,7 +27,9 @@ from bot.agent.ports import LedgerEntry
 from bot.errors import StoreError
 from bot.store.audit import ACTOR_BOT, OUTBOX_TTL_S, AuditEntry, AuditKind, bound_result
 from bot.store.connection import translated
+from bot.store.failover import retried
 from bot.store.keys import Keys, thread_of
+from bot.store.replicas import NONE, Replication, replicated
 from bot.store.staging import AuditNotify, head_json
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,9 @@ _BEGIN = (
 local created = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if created == 0 and raw == ARGV[2] then
+  created = 1  -- this very claim, sent again after its reply was lost (bot.store.failover)
+end
 local head = ''
 if created == 1 then
   head = ARGV[4]
@@ -166,9 +171,12 @@ class RedisLedger:
         now: Callable[[], float] = time.time,
         on_audit: AuditNotify | None = None,
         actor: str | None = None,
+        replication: Replication = NONE,
     ) -> None:
         """``actor``: who the audit log names for the writes (``cli:<user>``); by default
-        the approval's decider, else the bot."""
+        the approval's decider, else the bot. ``replication``: the replicas ``started``
+        and ``done`` wait for (``bot.store.replicas``)."""
+        self._replication = replication
         self._redis = redis
         self._keys = keys
         self._now = now
@@ -192,9 +200,14 @@ class RedisLedger:
         unknown = _write_entry(
             "write_unknown", key, tool=tool, args_hash=args_hash, at=now, outcome="unknown"
         )
-        async with translated("ledger begin"):
-            await self._redis.zadd(self._keys.audit_pending(), {tag: now})
-            created, raw = await self._begin(
+        await retried("ledger begin", lambda: self._hint(tag, now))
+        created, raw = await retried(  # the same claim twice is one claim (see _BEGIN)
+            "ledger begin",
+            lambda: replicated(
+                self._redis,
+                self._replication,
+                "ledger begin",
+                self._begin,
                 keys=[
                     hash_key,
                     self._keys.audit_outbox(tag),
@@ -209,7 +222,8 @@ class RedisLedger:
                     OUTBOX_TTL_S,
                     self._actor or "",
                 ],
-            )
+            ),
+        )
         if int(created) or _parse(key, str(raw)).state == "started":
             self._notify(tag)
         if int(created):
@@ -262,9 +276,14 @@ class RedisLedger:
             outcome="error" if output.startswith(ERROR_PREFIX) else "ok",
             detail=detail,
         )
-        async with translated("ledger finish"):
-            await self._redis.zadd(self._keys.audit_pending(), {tag: now})
-            await self._finish(
+        await retried("ledger finish", lambda: self._hint(tag, now))
+        await retried(  # the same entry written twice is one entry
+            "ledger finish",
+            lambda: replicated(
+                self._redis,
+                self._replication,
+                "ledger finish",
+                self._finish,
                 keys=[
                     hash_key,
                     self._keys.audit_outbox(tag),
@@ -278,8 +297,14 @@ class RedisLedger:
                     OUTBOX_TTL_S,
                     self._actor or "",
                 ],
-            )
+            ),
+        )
         self._notify(tag)
+
+    async def _hint(self, tag: str, now: float) -> None:
+        """The audit outbox's pending hint, before the fact (``bot.store.staging``)."""
+        async with translated("audit hint"):
+            await self._redis.zadd(self._keys.audit_pending(), {tag: now})
 
     def _notify(self, tag: str) -> None:
         if self._on_audit is not None:

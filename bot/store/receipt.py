@@ -17,6 +17,9 @@ Redis Cluster), before Slack gets its answer:
    (``queued``, ``running``, ``awaiting_approval``: it takes the message in at its next
    iteration boundary), a new ``queued`` job is created in the same step.
 
+With ``OPSLOOP_REDIS_MIN_REPLICAS`` the receipt is followed by ``WAIT`` on its connection
+(``bot.store.replicas``): too few replicas, and it raises, so Slack gets no 200.
+
 The scanner's process-wide index of live jobs is a separate key (not thread-tagged), so
 the caller adds a created job to it in a second command (``Jobs.index``); a crash
 between the two leaves a queued job that Slack's retry (a duplicate, case 1) indexes.
@@ -36,16 +39,19 @@ from typing import Literal
 import redis.asyncio as aioredis
 
 from bot.store.connection import translated
+from bot.store.failover import retried
 from bot.store.inject import APPEND_STEPS, GROUP
 from bot.store.jobs import JobLimits, JobRecord, JobStatus, job_prefixes, new_job
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, Keys, Thread
+from bot.store.replicas import NONE, Replication, replicated
 
 Outcome = Literal["created", "joined", "duplicate", "ignored"]
 
 # KEYS: 1 inject stream, 2 inject:seen, 3 inject:seq, 4 jobs counter, 5 current job,
 #       6 history.
 # ARGV: 1 ts, 2 text, 3 author, 4 history ttl, 5 group, 6 needs conversation ('1'/'0'),
-#       7 job id prefix, 8 job key prefix, 9 job ttl, 10 job JSON with __JOB_ID__.
+#       7 job id prefix, 8 job key prefix, 9 job ttl, 10 job JSON with __JOB_ID__,
+#       11 touch a duplicate ('1' when replication is asked for, ``bot.store.replicas``).
 # Returns {outcome, job id or '', job status or ''}.
 _RECEIVE = (
     """
@@ -55,6 +61,9 @@ local function current()
   return id, (redis.call('HGET', ARGV[8] .. id, 'status') or '')
 end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  if ARGV[11] == '1' then  -- replication asked for: the WAIT behind must cover the first write
+    redis.call('HSET', KEYS[2], ARGV[1], redis.call('HGET', KEYS[2], ARGV[1]))
+  end
   local id, status = current()
   return {'duplicate', id, status}
 end
@@ -117,11 +126,17 @@ class Receipts:
     """Everything written to the threads' inject streams (see the module docstring)."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, *, now: Callable[[], float] = time.time
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        *,
+        now: Callable[[], float] = time.time,
+        replication: Replication = NONE,
     ) -> None:
         self._redis = redis
         self._keys = keys
         self._now = now
+        self._replication = replication
         self._script = redis.register_script(_RECEIVE)
         self._append = redis.register_script(_APPEND)
 
@@ -141,8 +156,13 @@ class Receipts:
         now = self._now()
         template = new_job(thread, requester=user, limits=limits, now=now, request_ts=ts)
         id_prefix, key_prefix = job_prefixes(keys, thread)
-        async with translated("message receipt"):
-            outcome, job_id, status = await self._script(
+        outcome, job_id, status = await retried(  # idempotent by ts (bot.store.failover)
+            "message receipt",
+            lambda: replicated(
+                self._redis,
+                self._replication,
+                "message receipt",
+                self._script,
                 keys=[
                     keys.inject(thread),
                     keys.inject_seen(thread),
@@ -162,8 +182,10 @@ class Receipts:
                     key_prefix,
                     JOB_TTL_S,
                     template.model_dump_json(),
+                    self._replication.touch,
                 ],
-            )
+            ),
+        )
         outcome = _str(outcome)
         job_id = _str(job_id) or None
         record = None

@@ -103,7 +103,11 @@ class JobSession:
         try:
             async with translated("job checkpoint"):
                 pipe = self._redis.pipeline(transaction=True)
-                pipe.evalsha(self._script.sha, len(step.keys), *step.keys, *step.args)
+                # Not ``pipe.evalsha``: redis-py's cluster pipeline refuses that name
+                # (the command itself runs there, on the slot of its keys).
+                pipe.execute_command(
+                    "EVALSHA", self._script.sha, len(step.keys), *step.keys, *step.args
+                )
                 plan = inject.queue(pipe)
                 replies = list(await pipe.execute(raise_on_error=False))
                 outcome = replies.pop(0)

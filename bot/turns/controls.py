@@ -19,12 +19,14 @@ Store errors are not caught here: the edge tells the clicker to try again.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from bot.agent.state import StopReason
+from bot.errors import StoreError
 from bot.store.approvals import (
     REFUSED_EXPIRED,
     REFUSED_STALE,
@@ -36,6 +38,9 @@ from bot.store.approvals import (
 from bot.store.audit import AuditEntry, AuditKind
 from bot.store.connection import StoreConflict
 from bot.store.jobs import JobRecord, Jobs, JobStatus, LimitRaise
+from bot.store.keys import LEASE_TTL_MS
+
+log = logging.getLogger(__name__)
 
 RefusalKind = Literal["unknown", "out_of_date", "decided", "expired", "stale", "not_allowed"]
 
@@ -109,6 +114,8 @@ async def decide(
     if approval.card_ts and card_ts and card_ts != approval.card_ts:
         return Refused("out_of_date", OUT_OF_DATE)
     if approval.status != "pending":
+        if approval.status == outcome and approval.decided_by == by:
+            return await _own_click_again(approvals, approval, args_hash)
         return Refused("decided", refusal_text(approval))
     if time.time() >= approval.expires_at:
         return Refused("expired", REFUSED_EXPIRED)
@@ -139,6 +146,44 @@ async def decide(
             else "decided"
         )
         return Refused(reason, result.refusal or ALREADY_DECIDED)
+    await _look_soon(jobs, job_id)
+    return Accepted(result.record)
+
+
+DECIDED_LOOK_S = LEASE_TTL_MS / 1000 + 1.0
+
+
+async def _look_soon(jobs: Jobs, job_id: str) -> None:
+    """A decided job is resumed by whoever took the click; should that process die
+    before its resume holds the lease, a scan anywhere resumes it within about a lease
+    (instead of at the paused job's next look, up to ``AWAITING_RECHECK_S`` away). A
+    hint: best effort."""
+    try:
+        await jobs.index(job_id, time.time() + DECIDED_LOOK_S)
+    except StoreError:
+        log.warning("job %s: no early look after its decision", job_id, exc_info=True)
+
+
+async def _own_click_again(
+    approvals: Approvals, approval: ApprovalRecord, args_hash: str | None
+) -> Verdict:
+    """The decider clicks the same button again: the retry of a click whose answer was
+    lost or refused after the decision was written (Redis timed out, too few replicas
+    confirmed it). It stands as the same decision — its card is edited and its job
+    resumed as for the first click — once the decision is confirmed: ``decide`` finds it
+    decided and, with ``OPSLOOP_REDIS_MIN_REPLICAS``, waits for its replicas."""
+    result = await approvals.decide(
+        approval.job_id,
+        approval.call_id,
+        outcome=approval.status,  # type: ignore[arg-type]  # decided: never "pending"
+        by=approval.decided_by,
+        args_hash=args_hash,
+        now=time.time(),
+    )
+    if result is None:
+        return Refused("unknown", UNKNOWN_CARD)
+    if result.record.status != approval.status or result.record.decided_by != approval.decided_by:
+        return Refused("decided", refusal_text(result.record))
     return Accepted(result.record)
 
 

@@ -37,10 +37,12 @@ class JobSink(Protocol):
 class Notifier(Protocol):
     """How a job shows itself in its thread."""
 
-    async def open_progress(self, record: JobRecord) -> JobSink:
+    async def open_progress(self, record: JobRecord, *, taken_over: bool = False) -> JobSink:
         """The job's face in the thread, opened once this process holds its lease (it
         posts the status message, or takes over the one ``record.meta`` names); closed
-        when the run is over."""
+        when the run is over. ``taken_over``: the thread's lease was held before (a
+        process may have died between posting the status message and saving its ts):
+        look for that message in the thread before posting another."""
         ...
 
     async def post_card(self, record: JobRecord, approval: ApprovalRecord) -> str:

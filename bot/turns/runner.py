@@ -30,11 +30,12 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from bot.agent import AgentConfig, Limits, RunResult, run
@@ -58,7 +59,7 @@ from bot.agent.work_done import work_done
 from bot.errors import HandedOver, StoreError
 from bot.store.approvals import ApprovalRecord, Approvals, Outcome, to_decision
 from bot.store.artifacts import RedisArtifacts
-from bot.store.connection import translated
+from bot.store.connection import subscriber, translated
 from bot.store.held import HeldMessages
 from bot.store.history import RedisHistory
 from bot.store.inject import InjectReader
@@ -68,6 +69,8 @@ from bot.store.lease import Lease, LeaseKeeper, Leases
 from bot.store.ledger import RedisLedger
 from bot.store.receipt import Receipt, Receipts
 from bot.store.recent import RecentJobs
+from bot.store.replicas import NONE as NO_REPLICATION
+from bot.store.replicas import Replication
 from bot.store.session import JobSession
 from bot.store.trace import FeedbackEntry, TraceRecorder, append_if_traced
 from bot.turns import controls
@@ -131,6 +134,12 @@ class Turns:
     # Chains the audit entries the stores stage (``bot.turns.audit``); None: the
     # scanner's drain chains them (tests, tools).
     audit: AuditPublisher | None = None
+    # How many replicas an acknowledged write waits for (OPSLOOP_REDIS_MIN_REPLICAS).
+    replication: Replication = NO_REPLICATION
+    # Told a job's run is over (ended, paused, handed over or failed) before its ending
+    # is shown in Slack, which may wait on the chat.update budget (``bot.turns.tasks``:
+    # the job's slot frees then).
+    on_run_end: Callable[[str], None] | None = None
 
     jobs: Jobs = field(init=False)
     leases: Leases = field(init=False)
@@ -147,10 +156,11 @@ class Turns:
         staged = self.audit.staged if self.audit is not None else None
         self.jobs = Jobs(self.redis, self.keys, on_audit=staged)
         self.leases = Leases(self.redis, self.keys)
-        self.receipts = Receipts(self.redis, self.keys)
+        replication = self.replication
+        self.receipts = Receipts(self.redis, self.keys, replication=replication)
         self.held = HeldMessages(self.redis, self.keys)
-        self.approvals = Approvals(self.redis, self.keys, on_audit=staged)
-        self.ledger = RedisLedger(self.redis, self.keys, on_audit=staged)
+        self.approvals = Approvals(self.redis, self.keys, on_audit=staged, replication=replication)
+        self.ledger = RedisLedger(self.redis, self.keys, on_audit=staged, replication=replication)
 
     # -- the ack path ---------------------------------------------------------------
 
@@ -236,7 +246,11 @@ class Turns:
             if self.tracing is not None:  # the job's trace id, for its status message too
                 record = with_trace_id(record)
             notifier = self.notifier
-            reporter = await notifier.open_progress(record) if notifier is not None else None
+            reporter = (
+                await notifier.open_progress(record, taken_over=lease.fence > 1)
+                if notifier is not None
+                else None
+            )
             meta = record.meta
             if reporter is not None and reporter.status_ts:
                 # Saved with the start: a process taking the job over after a crash edits
@@ -380,8 +394,9 @@ class Turns:
         missed while disconnected."""
         channel = self.keys.cancel_channel()
         while True:
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub: PubSub | None = None
             try:
+                pubsub = await subscriber(self.redis)
                 await pubsub.subscribe(channel)
                 if ready is not None:
                     ready.set()
@@ -394,12 +409,13 @@ class Turns:
                     token = self.running.get(job_id)
                     if token is not None and by:
                         token.cancel(stopped_by(by))
-            except (RedisError, OSError):
+            except (RedisError, OSError, StoreError):
                 log.warning("stop signals: Redis unavailable, retrying", exc_info=True)
                 await asyncio.sleep(1.0)
             finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped
 
     def _tools_of(self, record: JobRecord) -> list[Tool]:
         """The job's tools: the names saved in ``meta`` when it first ran, so a catalogue
@@ -544,6 +560,8 @@ class Turns:
         finally:
             if spans is not None:
                 spans.abandon()  # a run that raised (handed over, the store failed)
+            if self.on_run_end is not None:
+                self.on_run_end(record.id)
             if reporter is not None:
                 await reporter.aclose()
         return result, follow

@@ -6,8 +6,12 @@ process-wide index (``Jobs.due``) and at approvals past their expiry
 
 - approvals past their reminder time (``Approvals.take_reminders``, each taken by one
   process): recall the still pending card once in its thread.
-- ``queued``: (re)schedule it; the thread's lease decides who runs it.
-- ``running`` with no lease: its process died; resume it (from its last step). With a
+- ``queued``: (re)schedule it; the thread's lease decides who runs it. A process at its
+  limit of running jobs (``bot.turns.tasks``) leaves it queued: its next look is then
+  just past this scan, so the next scan of any process with room takes it (a process
+  that is full skips the jobs it already left waiting, with one command per page).
+- ``running`` with no lease: its process died; resume it (from its last step; a
+  resume, like a decided approval's, may use the reserve above the limit). With a
   lease held elsewhere: look again just after that lease would expire (a timer, so a
   crashed process's job is taken over within the lease's 15 s, not 15 s + a scan), and
   again after that while its holder keeps renewing it. The process running a job keeps
@@ -51,6 +55,9 @@ LEASE_MARGIN_S = 0.2  # look again this long after a lease would have expired
 AWAITING_RECHECK_S = 30.0  # a paused job is mostly resumed by its click, not the scan
 DUE_PAGE = 100  # jobs read from the index at a time
 LOOKS_AT_ONCE = 16  # jobs looked at concurrently
+# A job left waiting for room is looked at again this long after the scan that left it:
+# past that scan's ``now`` (so its paging moves on), due for the next scan anywhere.
+NUDGE_S = 0.001
 
 
 class Scanner:
@@ -59,6 +66,8 @@ class Scanner:
         turns: Turns,
         *,
         schedule: Callable[[str], None],
+        resume: Callable[[str], None] | None = None,
+        waits: Callable[[str], bool] | None = None,
         on_expired: Callable[[ApprovalRecord], Awaitable[None]],
         on_remind: Callable[[ApprovalRecord], Awaitable[None]] | None = None,
         on_card: Callable[[ApprovalRecord], Awaitable[bool]] | None = None,
@@ -66,7 +75,9 @@ class Scanner:
         now: Callable[[], float] = time.time,
     ) -> None:
         self.turns = turns
-        self.schedule = schedule
+        self.schedule = schedule  # a new job (``Tasks.schedule``)
+        self.resume = resume or schedule  # a job under way (``Tasks.resume``)
+        self.waits = waits or (lambda job_id: False)  # left waiting for room here
         self.on_expired = on_expired
         self.on_remind = on_remind
         self.on_card = on_card
@@ -138,6 +149,9 @@ class Scanner:
             # forward: one command for all of them, not a look each (under load most
             # due jobs are running here, and a look per job competes with the acks).
             here = {j: now + self.interval_s for j in fresh if j in self.turns.running}
+            # Jobs this process left waiting for room (it takes them when it has some):
+            # due again for every other process's next scan, without a read here.
+            here.update({j: now + NUDGE_S for j in fresh if j not in here and self.waits(j)})
             await self.turns.jobs.index_many(here)
             await self._look_at_all([j for j in fresh if j not in here], now)
             seen.update(fresh)
@@ -171,7 +185,7 @@ class Scanner:
             await self.on_expired(result.record)
         except Exception:
             log.warning("could not mark the card of %s/%s expired", job_id, call_id, exc_info=True)
-        self.schedule(job_id)
+        self.resume(job_id)
 
     async def _remind(self, job_id: str, call_id: str) -> None:
         """Recall a card still pending (taken from the index by this process alone)."""
@@ -195,22 +209,31 @@ class Scanner:
         match record.status:
             case JobStatus.QUEUED:
                 self.schedule(job_id)
-                await turns.jobs.index(job_id, now + self.interval_s)
+                await turns.jobs.index(job_id, self._next_look(job_id, now, now + self.interval_s))
             case JobStatus.RUNNING:
                 left = await turns.leases.expires_in(record.thread)
                 if left is None:
                     log.info("job %s has no live lease: resuming it", job_id)
-                    self.schedule(job_id)
-                    await turns.jobs.index(job_id, now + self.interval_s)
+                    self.resume(job_id)
+                    await turns.jobs.index(
+                        job_id, self._next_look(job_id, now, now + self.interval_s)
+                    )
                 else:
                     self._later(job_id, left + LEASE_MARGIN_S)
                     await turns.jobs.index(job_id, now + left + LEASE_MARGIN_S)
             case JobStatus.AWAITING_APPROVAL:
                 if await turns.decision(record) is not None:
-                    self.schedule(job_id)
+                    self.resume(job_id)
                 else:
                     await self._card_posted(record.progress.pending, job_id)
-                await turns.jobs.index(job_id, now + AWAITING_RECHECK_S)
+                await turns.jobs.index(
+                    job_id, self._next_look(job_id, now, now + AWAITING_RECHECK_S)
+                )
+
+    def _next_look(self, job_id: str, now: float, later: float) -> float:
+        """When to look at a job this look (re)scheduled: ``later``, or, when this
+        process left it waiting for room, just past this scan (see the module docstring)."""
+        return now + NUDGE_S if self.waits(job_id) else later
 
     async def _card_posted(self, pending: PendingBatch | None, job_id: str) -> None:
         """A paused job whose card never reached the thread (its process died between

@@ -179,6 +179,7 @@ async def test_a_crash_during_a_change_is_not_run_again_and_is_reported(
     card = await wait_card(slack, "C1", event["ts"])
     assert await click(a, slack, card, "UAPPROVER1", "Approve") == 200
     await wait_until(lambda: tool_processes(log), timeout=10, what="restart_service running")
+    await wait_until(lambda: started(log, "restart_service"), timeout=10, what="it began")
 
     victim = runner_of(log, [a, b])
     killed_at = time.monotonic()

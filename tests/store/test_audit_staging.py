@@ -153,7 +153,8 @@ async def test_writes_stage_started_finished_and_unknown_with_the_approver(
     await ledger.finish(f"{job_id}:call_1", "restarted nginx\n" + "x" * 10_000)
     assert await ledger.begin(f"{job_id}:call_1", "restart_service", HASH) is not None
     assert await ledger.begin(f"{job_id}:call_2", "restart_service", HASH) is None
-    found = await ledger.begin(f"{job_id}:call_2", "restart_service", HASH)  # a crash, resumed
+    resumed = RedisLedger(redis, keys, now=lambda: NOW + 20)  # a crash, resumed later
+    found = await resumed.begin(f"{job_id}:call_2", "restart_service", HASH)
 
     assert found is not None and found.state == "started"
     writes = [e for e in await outbox(redis, keys, thread) if str(e["kind"]).startswith("write")]

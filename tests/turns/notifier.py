@@ -35,7 +35,7 @@ class Notes:
     unknown: list[list[LedgerRecord]] = field(default_factory=list)
     cards_fail: bool = False
 
-    async def open_progress(self, record: JobRecord) -> QuietSink:
+    async def open_progress(self, record: JobRecord, *, taken_over: bool = False) -> QuietSink:
         return QuietSink()
 
     async def post_card(self, record: JobRecord, approval: ApprovalRecord) -> str:

@@ -116,3 +116,24 @@ async def test_a_clicker_the_policy_refuses_changes_nothing(
     assert verdict == Refused("not_allowed", "you are not on this bot's approver list")
     still = await turns.approvals.get(job_id, "c1")
     assert still is not None and still.status == "pending"
+
+
+async def test_the_deciders_second_click_stands_as_the_same_decision(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    """A click whose answer was lost after its decision was written (a timeout, too few
+    replicas) is clicked again: it stands, so its card is edited and its job resumed."""
+    turns, job_id = await paused(redis, keys, thread)
+    first = await turns.decide(
+        job_id, "c1", outcome="approved", by="UAPPROVER", card_ts=card_ts(1), authorize=allowed
+    )
+    again = await turns.decide(
+        job_id, "c1", outcome="approved", by="UAPPROVER", card_ts=card_ts(1), authorize=allowed
+    )
+    other_button = await turns.decide(
+        job_id, "c1", outcome="denied", by="UAPPROVER", card_ts=card_ts(1), authorize=allowed
+    )
+
+    assert isinstance(first, Accepted) and isinstance(again, Accepted)
+    assert again.record.status == "approved" and again.record.decided_at == first.record.decided_at
+    assert other_button == Refused("decided", "already approved by <@UAPPROVER>")

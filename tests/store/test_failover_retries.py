@@ -1,0 +1,141 @@
+"""What is safe to send twice is retried across a moment without Redis (``bot.store.failover``).
+
+A real redis-server killed and started again within the retry budget: the receipt of a
+message, a decision and the ledger's claim go through as if nothing happened; the retry
+of an operation whose reply was lost finds its own write and takes it as its own (a
+decision stays won, a claim stays claimed, so no "outcome unknown" for a write that never
+ran); past the budget the failure is raised as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from bot.emulator.redis_server import ManagedRedis
+from bot.store.approvals import ApprovalRecord, Approvals
+from bot.store.connection import StoreUnavailable, connect
+from bot.store.failover import retried
+from bot.store.jobs import JobLimits
+from bot.store.keys import Keys, Thread
+from bot.store.ledger import RedisLedger
+from bot.store.receipt import Receipts
+
+LIMITS = JobLimits(max_iterations=5, deadline_s=60, token_budget=10_000)
+NOW = 1_700_000_000.0
+HASH = "d" * 64
+
+
+@pytest.fixture
+async def client(fresh_server: ManagedRedis) -> AsyncIterator[aioredis.Redis]:
+    redis = connect(fresh_server.url, socket_timeout_s=0.5, connect_timeout_s=0.5)
+    yield redis
+    await redis.aclose()
+
+
+def pending(thread: Thread) -> ApprovalRecord:
+    return ApprovalRecord(
+        job_id=thread.job_id(1),
+        call_id="call_1",
+        tool="restart_service",
+        category="mutating",
+        args_hash=HASH,
+        arguments={"service": "nginx"},
+        requester="U0REQUES1",
+        channel=thread.channel,
+        thread_ts=thread.thread_ts,
+        requested_at=NOW,
+        expires_at=NOW + 3600,
+    )
+
+
+async def back_after(server: ManagedRedis, delay_s: float) -> None:
+    await asyncio.sleep(delay_s)
+    await asyncio.to_thread(server.start)
+
+
+async def test_acknowledged_writes_ride_out_a_restart_within_the_budget(
+    fresh_server: ManagedRedis, client: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    receipts = Receipts(client, keys)
+    approvals = Approvals(client, keys)
+    ledger = RedisLedger(client, keys)
+    await approvals.create(pending(thread))
+
+    fresh_server.kill()
+    restart = asyncio.create_task(back_after(fresh_server, 0.3))
+    got = await receipts.receive(
+        thread, ts="1700000001.000100", user="U1", text="hi", limits=LIMITS
+    )
+    await restart
+
+    fresh_server.kill()
+    restart = asyncio.create_task(back_after(fresh_server, 0.3))
+    decided = await approvals.decide(
+        thread.job_id(1), "call_1", outcome="approved", by="U0APPROV1", args_hash=HASH, now=NOW
+    )
+    await restart
+
+    fresh_server.kill()
+    restart = asyncio.create_task(back_after(fresh_server, 0.3))
+    claimed = await ledger.begin(f"{thread.job_id(1)}:call_1", "restart_service", HASH)
+    await restart
+
+    assert got.outcome == "created"
+    assert decided is not None and decided.won
+    assert claimed is None  # claimed: the tool may run
+
+
+async def test_a_retry_whose_first_reply_was_lost_finds_its_own_write(
+    client: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    """The first attempt was executed and its reply lost: the second finds what it wrote."""
+    approvals = Approvals(client, keys)
+    ledger = RedisLedger(client, keys, now=lambda: NOW + 1)
+    await approvals.create(pending(thread))
+    first = await approvals.decide(
+        thread.job_id(1), "call_1", outcome="approved", by="U0APPROV1", args_hash=HASH, now=NOW
+    )
+    again = await approvals.decide(  # the same call, sent again
+        thread.job_id(1), "call_1", outcome="approved", by="U0APPROV1", args_hash=HASH, now=NOW
+    )
+    later = await approvals.decide(  # a new click by the same person: not this decision
+        thread.job_id(1), "call_1", outcome="approved", by="U0APPROV1", args_hash=HASH, now=NOW + 5
+    )
+    key = f"{thread.job_id(1)}:call_1"
+    claim = await ledger.begin(key, "restart_service", HASH)
+    claim_again = await ledger.begin(key, "restart_service", HASH)  # same claim, same moment
+    crashed = await RedisLedger(client, keys, now=lambda: NOW + 60).begin(
+        key, "restart_service", HASH
+    )  # a later run: the claim is someone else's, the write's outcome unknown
+
+    assert first is not None and first.won
+    assert again is not None and again.won
+    assert later is not None and not later.won
+    assert claim is None and claim_again is None
+    assert crashed is not None and crashed.state == "started"
+
+
+async def test_past_the_budget_the_failure_is_raised(
+    fresh_server: ManagedRedis, client: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    receipts = Receipts(client, keys)
+    fresh_server.kill()
+    with pytest.raises(StoreUnavailable):
+        await receipts.receive(thread, ts="1700000001.000100", user="U1", text="hi", limits=LIMITS)
+
+
+async def test_only_store_unavailability_is_retried() -> None:
+    calls = 0
+
+    async def refused() -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("not a store failure")
+
+    with pytest.raises(ValueError):
+        await retried("x", refused)
+    assert calls == 1

@@ -1,0 +1,134 @@
+"""The store on a real Redis Cluster (three masters, three replicas): what differs there.
+
+The whole store suite also runs on a cluster with ``OPSLOOP_TEST_REDIS=cluster`` (see
+``conftest.py``); these tests cover what only a cluster has: Stop signals published on
+one node and heard on every other, a master killed under a client that carries on once
+its replica took over (scripts, the inject reader's MULTI, reads), and the durability
+check asking every node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from bot.emulator.redis_topology import ManagedCluster, command, key_slot
+from bot.store.connection import RedisTarget, StoreUnavailable, connect, durability, is_cluster
+from bot.store.inject import InjectReader
+from bot.store.jobs import JobLimits, Jobs
+from bot.store.keys import Keys, Thread
+from bot.store.receipt import Receipts
+
+LIMITS = JobLimits(max_iterations=20, deadline_s=3600, token_budget=200_000)
+MESSAGE_TIMEOUT_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedCluster]:
+    managed = ManagedCluster(Path(tmp_path_factory.mktemp("cluster")))
+    try:
+        yield managed.start()
+    finally:
+        managed.stop()
+
+
+@pytest.fixture
+async def client(cluster: ManagedCluster) -> AsyncIterator[aioredis.Redis]:
+    cluster.wait_ready()
+    redis = connect(RedisTarget(cluster.url, mode="cluster"))
+    await redis.flushall()
+    yield redis
+    await redis.aclose()
+
+
+async def next_message(pubsub: object) -> str:
+    async with asyncio.timeout(MESSAGE_TIMEOUT_S):
+        while True:
+            message = await pubsub.get_message(timeout=0.2)  # type: ignore[attr-defined]
+            if message is not None and message.get("type") == "message":
+                return str(message["data"])
+
+
+async def test_connect_gives_redis_pys_cluster_client(client: aioredis.Redis) -> None:
+    assert is_cluster(client)
+    assert len(await client.cluster_nodes()) == 6  # type: ignore[attr-defined]
+
+
+async def test_a_stop_published_by_the_jobs_script_is_heard_on_every_node(
+    client: aioredis.Redis, cluster: ManagedCluster, keys: Keys, thread: Thread
+) -> None:
+    jobs = Jobs(client, keys)
+    job = await jobs.create(thread, requester="U1", limits=LIMITS)
+    listeners = []
+    for node in cluster.nodes:  # masters and replicas alike: PUBLISH reaches them all
+        pubsub = client.pubsub(node=client.get_node(host="127.0.0.1", port=node.port))  # type: ignore[attr-defined]
+        await pubsub.subscribe(keys.cancel_channel())
+        listeners.append(pubsub)
+    try:
+        await jobs.request_cancel(job.id, "U2")
+        heard = await asyncio.gather(*(next_message(p) for p in listeners))
+    finally:
+        for pubsub in listeners:
+            await pubsub.aclose()
+    assert heard == [f"{job.id}|U2"] * len(cluster.nodes)
+
+
+async def test_the_same_client_carries_on_after_the_threads_master_is_killed(
+    client: aioredis.Redis, cluster: ManagedCluster, keys: Keys, thread: Thread
+) -> None:
+    jobs, receipts = Jobs(client, keys), Receipts(client, keys)
+    job = await jobs.create(thread, requester="U1", limits=LIMITS)
+    assert await receipts.append(thread, ts="1700000001.000100", text="first", author="U1")
+    master = cluster.master_of(keys.job(job.id))
+    assert command(master.port, "WAIT", "1", "3000", timeout=5.0) == 1  # the replica has it all
+
+    cluster.kill(master)
+    with pytest.raises(StoreUnavailable):  # no silent retry: the caller hears of it
+        await jobs.get(job.id)
+    cluster.wait_ready()
+
+    reader = InjectReader(client, keys, thread, consumer="p1", seen_ids=frozenset)
+    got = await reader.fetch()  # a MULTI pipeline, on the promoted replica
+    assert [i.text for i in got] == ["first"]
+    assert await receipts.append(thread, ts="1700000002.000100", text="second", author="U1")
+    assert [i.text for i in await reader.fetch()] == ["first", "second"]
+    found = await jobs.get(job.id)
+    assert found is not None and found.status == "queued"
+    assert cluster.master_of(keys.job(job.id)) is not master
+
+    cluster.restart(master)  # back as a replica; the next test has six nodes again
+
+
+async def test_the_durability_check_reports_the_weakest_node(
+    client: aioredis.Redis, cluster: ManagedCluster
+) -> None:
+    every = await durability(client)
+    assert every is not None and every.every_write
+    weak = cluster.nodes[-1]
+    command(weak.port, "CONFIG", "SET", "appendfsync", "everysec")
+    try:
+        found = await durability(client)
+    finally:
+        command(weak.port, "CONFIG", "SET", "appendfsync", "always")
+    assert found is not None and found.appendfsync == "everysec"
+
+
+def test_the_fixtures_slot_of_a_key_is_the_servers(cluster: ManagedCluster, keys: Keys) -> None:
+    thread = Thread("C9", "1700000000.000900")
+    for key in (keys.job(thread.job_id(1)), keys.audit_log(), keys.quota("day"), "plain"):
+        assert key_slot(key) == command(cluster.nodes[0].port, "CLUSTER", "KEYSLOT", key)
+    owner = cluster.master_of(keys.inject(thread))
+    assert command(owner.port, "EXISTS", keys.inject(thread)) == 0  # served there: no MOVED
+
+
+async def test_a_burst_past_the_pool_queues_instead_of_failing(cluster: ManagedCluster) -> None:
+    small = connect(RedisTarget(cluster.url, mode="cluster"), max_connections=4)
+    try:
+        counts = await asyncio.gather(*(small.incr("{burst}n") for _ in range(300)))
+    finally:
+        await small.aclose()
+    assert sorted(counts) == list(range(1, 301))
