@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -114,6 +115,36 @@ def continue_label(result: RunResult, step: float | None) -> str | None:
     if result.stop_reason is StopReason.LIMIT_TOKENS and WORKSPACE_CAP in (result.error or ""):
         return "Continue (raise today's cap)"
     return f"Continue (+{step:g} {LIMIT_WORDS[result.stop_reason]})" if step else None
+
+
+PATIENCE_S = 40.0  # how long an answer waits out 429s (inside notifier's FINISH_TIMEOUT_S)
+MAX_RETRY_AFTER_S = 20.0
+
+
+async def post_patiently(
+    client: AsyncWebClient,
+    *,
+    patience_s: float = PATIENCE_S,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    **message: Any,
+) -> None:
+    """``chat.postMessage`` that waits out Slack's 429s (each ``Retry-After``, bounded)
+    for up to ``patience_s`` beyond slack-sdk's own two retries: a job's answer and its
+    ending must not be lost to a burst of rate limits. Any other refusal is raised."""
+    waited = 0.0
+    while True:
+        try:
+            await client.chat_postMessage(**message)
+            return
+        except SlackApiError as exc:
+            if exc.response.status_code != 429:
+                raise
+            after = min(float(exc.response.headers.get("Retry-After", 1) or 1), MAX_RETRY_AFTER_S)
+            if waited + after > patience_s:
+                raise
+            log.info("chat.postMessage rate limited: posting again in %.0f s", after)
+            waited += after
+            await sleep(after)
 
 
 def budget_sender(client: AsyncWebClient) -> Any:
@@ -458,7 +489,8 @@ class JobProgress:
                 # The status message never reached the thread (Slack refused it past its
                 # retries): the ending is a message of its own, so the thread still says
                 # how the job ended.
-                await self._client.chat_postMessage(
+                await post_patiently(
+                    self._client,
                     channel=self.channel,
                     thread_ts=self.record.thread_ts,
                     text=ending.text,
@@ -480,7 +512,8 @@ class JobProgress:
         if shown is not None and await self._replace(shown, messages[0]):
             messages = messages[1:]
         for message in messages:
-            await self._client.chat_postMessage(
+            await post_patiently(
+                self._client,
                 channel=self.channel,
                 thread_ts=self.record.thread_ts,
                 text=message.text,
