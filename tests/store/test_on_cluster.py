@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from bot.emulator.redis_topology import ManagedCluster, command, key_slot
+from bot.emulator.redis_topology import ClusterNode, ManagedCluster, _info, command, key_slot
 from bot.store.connection import RedisTarget, StoreUnavailable, connect, durability, is_cluster
 from bot.store.inject import InjectReader
 from bot.store.jobs import JobLimits, Jobs
@@ -84,7 +84,7 @@ async def test_the_same_client_carries_on_after_the_threads_master_is_killed(
     job = await jobs.create(thread, requester="U1", limits=LIMITS)
     assert await receipts.append(thread, ts="1700000001.000100", text="first", author="U1")
     master = cluster.master_of(keys.job(job.id))
-    assert command(master.port, "WAIT", "1", "3000", timeout=5.0) == 1  # the replica has it all
+    await replicated_to(cluster.replica_of(master), offset(master.port))  # it has it all
 
     cluster.kill(master)
     with pytest.raises(StoreUnavailable):  # no silent retry: the caller hears of it
@@ -132,3 +132,20 @@ async def test_a_burst_past_the_pool_queues_instead_of_failing(cluster: ManagedC
     finally:
         await small.aclose()
     assert sorted(counts) == list(range(1, 301))
+
+
+def offset(port: int) -> int:
+    """A node's replication offset (``master_repl_offset``, or a replica's own)."""
+    info = _info(port, "replication")
+    return int(info.get("master_repl_offset") or info.get("slave_repl_offset") or 0)
+
+
+async def replicated_to(replica: ClusterNode, wanted: int, timeout_s: float = 10.0) -> None:
+    """Until ``replica`` has the master's stream up to ``wanted`` (a WAIT on a fresh
+    connection would prove nothing: it counts that connection's own writes only)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        if int(_info(replica.port, "replication").get("slave_repl_offset") or 0) >= wanted:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"replica {replica.port} never reached offset {wanted}")

@@ -8,13 +8,14 @@ meanwhile instead of retrying it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
-from bot.emulator.redis_topology import ManagedSentinel, command
+from bot.emulator.redis_topology import ManagedSentinel, _info, command
 from bot.store.connection import RedisTarget, StoreError, connect, is_cluster
 from bot.store.inject import InjectReader
 from bot.store.jobs import JobLimits, Jobs
@@ -66,7 +67,7 @@ async def test_the_client_follows_the_master(
     job = await jobs.create(thread, requester="U1", limits=LIMITS)
     assert await receipts.append(thread, ts="1700000001.000100", text="first", author="U1")
     old = group.master
-    assert command(old.port, "WAIT", "1", "3000", timeout=5.0) == 1  # the replica has it all
+    await replicated_to(group.replica().port, offset(old.port))  # the replica has it all
 
     new = group.failover() if how == "failover" else group.kill_master()
     assert new.port != old.port
@@ -87,3 +88,20 @@ def test_stop_leaves_no_process_answering(tmp_path: Path) -> None:
     for port in ports:
         with pytest.raises(OSError):
             command(port, "PING", timeout=0.5)
+
+
+def offset(port: int) -> int:
+    """A master's replication offset."""
+    return int(_info(port, "replication").get("master_repl_offset") or 0)
+
+
+async def replicated_to(port: int, wanted: int, timeout_s: float = 10.0) -> None:
+    """Until the replica on ``port`` has its master's stream up to ``wanted`` (a WAIT on
+    a fresh connection would prove nothing: it counts that connection's own writes)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        if int(_info(port, "replication").get("slave_repl_offset") or 0) >= wanted:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"replica {port} never reached offset {wanted}")
