@@ -71,7 +71,12 @@ def primary(replicas: Sequence[Row], slots: Sequence[Row], settings: Row) -> str
 
 
 def _replica_line(r: Row) -> str:
-    lags = "/".join(duration(r[k]) for k in ("write_lag_s", "flush_lag_s", "replay_lag_s"))
+    measured = [r[k] for k in ("write_lag_s", "flush_lag_s", "replay_lag_s")]
+    if all(v is None for v in measured) and not r["replay_bytes"]:
+        # PostgreSQL shows NULL lags once a standby has caught up and no WAL flows
+        lags = "none (caught up, idle)"
+    else:
+        lags = "/".join(duration(v) for v in measured)
     return (
         f"{r['application_name'] or '?'} from {r['client_addr'] or 'local socket'}: "
         f"{r['state']}, {r['sync_state']}, {size(r['send_bytes'])} unsent, "

@@ -38,7 +38,7 @@ from tests.tools.packs.postgres_backend import (  # noqa: F401  (pg_cluster is a
 )
 from tools.packs import PACK_TOOLS, Pack, PackConfig, load_packs
 from tools.packs.pg_client import Limits, PgClient, parse_url
-from tools.packs.pg_reports import statements_missing
+from tools.packs.pg_reports import primary, statements_missing
 from tools.packs.pg_summaries import Sess, chains, duration, query_text, size
 from tools.packs.postgres import Postgres, build, make_tools, probe
 
@@ -435,10 +435,49 @@ async def test_replication_on_the_primary(pack: Pack, pg_cluster: PgCluster) -> 
     assert text.startswith("primary with 1 replica (1 streaming)")
     assert "  replica1 from 127.0.0.1: streaming, async" in text
     assert "forgotten (physical): INACTIVE" in text
-    assert_golden(GOLDEN / "replication_primary.txt", normalise_sizes(normalise(text, {})))
+    # a standby that has caught up with no WAL flowing has NULL lags (PostgreSQL's rule)
+    golden = re.sub(r"<t>/<t>/<t>|none \(caught up, idle\)", "<lags>", normalise(text, {}))
+    assert_golden(GOLDEN / "replication_primary.txt", normalise_sizes(golden))
+
+
+def _replica_row(**lags: float | None) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "application_name": "replica1",
+        "client_addr": "10.0.0.5",
+        "state": "streaming",
+        "sync_state": "async",
+        "send_bytes": 0,
+        "replay_bytes": 0,
+        "reply_s": 0.4,
+        "write_lag_s": None,
+        "flush_lag_s": None,
+        "replay_lag_s": None,
+    }
+    return row | lags
+
+
+def test_null_lags_of_a_caught_up_standby_read_as_idle_not_unknown() -> None:
+    settings = {"sync_names": "", "slots": 0}
+    idle = primary([_replica_row()], [], settings)
+    assert "lag write/flush/replay none (caught up, idle)" in idle
+    moving = primary([_replica_row(write_lag_s=0.002, flush_lag_s=0.003)], [], settings)
+    assert "lag write/flush/replay 0.0s/0.0s/?" in moving or "/?," in moving
 
 
 async def test_replication_on_the_standby(pg_cluster: PgCluster) -> None:  # noqa: F811
+    # a committed transaction replayed, whatever ran before this test (else "no transaction
+    # replayed since the standby started", the other form of the line)
+    pg_cluster.primary.psql("DROP TABLE IF EXISTS replay_probe; CREATE TABLE replay_probe ()")
+    await asyncio.to_thread(pg_cluster.wait_streaming)
+    for _ in range(100):
+        if (
+            pg_cluster.standby.psql("SELECT pg_last_xact_replay_timestamp() IS NOT NULL").strip()
+            == "t"
+        ):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the standby replayed no transaction in 5 s")
     text = await run(pack_for(pg_cluster.standby_url()), "pg_replication")
     assert text.startswith(
         f"standby, WAL receiver streaming from 127.0.0.1:{pg_cluster.primary.port}; replay "
