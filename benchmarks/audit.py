@@ -30,6 +30,7 @@ from redis.asyncio.connection import Connection, ConnectionPool
 
 from bot.emulator.redis_server import ManagedRedis
 from bot.store.audit import OUTBOX_TTL_S, AuditEntry, AuditLog, bound_result, staged_json
+from bot.store.buckets import count_buckets
 from bot.store.keys import Keys, Thread
 
 T0 = time.time()
@@ -180,7 +181,7 @@ async def measure(url: str, n_entries: int, n_threads: int) -> None:
         "head (string)": await redis.memory_usage(keys.audit_head(), samples=0),
     }
     total = sum(int(v or 0) for v in sizes.values())
-    pending = await redis.zcard(keys.audit_pending())
+    pending = await count_buckets(redis, "audit pending", keys.audit_pending)
     print(f"audit log: {n_entries:,} entries ({n_entries // 4:,} approved writes × 4 kinds)")
     print(f"{'what':<52} {'bytes/entry':>12}")
     for name, size in sizes.items():

@@ -53,7 +53,7 @@ from bot.emulator.redis_server import ManagedRedis
 from bot.store.approvals import ApprovalRecord
 from bot.store.connection import connect
 from bot.store.jobs import JobLimits, JobRecord
-from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread
+from bot.store.keys import BUCKETS, LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread, job_bucket
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import SCAN_INTERVAL_S, Scanner
 from tools.registry import Catalog
@@ -300,7 +300,10 @@ async def victim(url: str, round_no: int, jobs: int, seed: int) -> None:
     # anyone clicks, as when people take more than a few seconds to decide.
     deadline = time.monotonic() + 3 * SCAN_INTERVAL_S
     while time.monotonic() < deadline:
-        scores = [await redis.zscore(keys.active_jobs(), job_ids[label]) for label in call_ids]
+        scores = [
+            await redis.zscore(keys.active_jobs(job_bucket(job_ids[label])), job_ids[label])
+            for label in call_ids
+        ]
         if all(s is not None and s > time.time() + SCAN_INTERVAL_S for s in scores):
             break
         await asyncio.sleep(0.2)
@@ -372,9 +375,12 @@ async def make_paused(redis: aioredis.Redis, count: int) -> None:
         await asyncio.gather(*(one(i) for i in range(start, min(start + 50, count))))
     # Spread their next looks over the 30 s a paused job waits between looks.
     keys = turns.keys
-    members = await redis.zrange(keys.active_jobs(), 0, -1)
     now = time.time()
-    await redis.zadd(keys.active_jobs(), {str(m): now + random.uniform(0, 30) for m in members})
+    for bucket in BUCKETS:
+        members = await redis.zrange(keys.active_jobs(bucket), 0, -1)
+        if members:
+            spread = {str(m): now + random.uniform(0, 30) for m in members}
+            await redis.zadd(keys.active_jobs(bucket), spread)
 
 
 async def wait_for(redis: aioredis.Redis, key: str, within_s: float) -> str:

@@ -22,6 +22,7 @@ import asyncio
 import importlib
 import logging
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -122,6 +123,17 @@ def check_settings(config: Config) -> tuple[Verdict, Sequence[ModelSpec]]:
     return ok("settings", f"{config.mode} has {names}"), chain
 
 
+MIN_REDIS = (7, 0)
+NEEDS_REDIS = "opsloop needs Redis 7.0 or newer (Stop travels by sharded pub/sub, SPUBLISH)"
+
+
+def too_old(version: str) -> bool:
+    """Whether ``redis X.Y.Z`` (``check_redis``'s text) is older than ``MIN_REDIS``; an
+    unknown version is not."""
+    found = re.search(r"(\d+)\.(\d+)", version)
+    return found is not None and (int(found[1]), int(found[2])) < MIN_REDIS
+
+
 async def check_redis(url: str | RedisTarget) -> list[Verdict]:
     target = url if isinstance(url, RedisTarget) else RedisTarget(url)
     parts = urlsplit(target.url)
@@ -149,6 +161,8 @@ async def check_redis(url: str | RedisTarget) -> list[Verdict]:
         return [fail("redis", f"{where}: {_reason(exc)}")]
     finally:
         await redis.aclose()
+    if too_old(version):
+        return [fail("redis", f"{version} at {where}: {NEEDS_REDIS}")]
     if setting is None:
         return [warn("redis", f"{version} at {where}; durability unknown (CONFIG not allowed)")]
     if not setting.every_write:

@@ -17,9 +17,10 @@ card-ts write can never be lost to a concurrent decision. ``get`` merges the two
 
 ``decide`` is the atomic pending → decided transition: of any number of concurrent
 calls exactly one wins; the others get the record as it is (so the clicker can be told
-who was first). The process-wide expiry index (a ZSET of ``job_id|call_id``) is kept
-with separate commands, never in a script with thread keys (Redis Cluster slots): it is
-a hint that may hold stale members, which ``decide`` removes when it meets them.
+who was first). The workspace-wide expiry index (a ZSET of ``job_id|call_id``, sharded
+into buckets by thread, ``bot.store.keys``) is kept with separate commands, never in a
+script with thread keys (Redis Cluster slots): it is a hint that may hold stale members,
+which ``decide`` removes when it meets them.
 
 A decided card's edit is owed until done: the deciding script sets ``card_owed`` with the
 decision, and a process-wide hint (``card_edits``, added before the decision so a crash
@@ -34,23 +35,26 @@ this module's; it only guarantees one decision, bound to the card's arguments ha
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
+from redis.commands.core import AsyncScript
 
 from bot.agent.ports import Approved, Denied
 from bot.errors import StoreError
 from bot.store.audit import ACTOR_BOT, OUTBOX_TTL_S, AuditEntry, bound_result, staged_json
+from bot.store.buckets import due_in_buckets
 from bot.store.connection import translated
 from bot.store.failover import retried
-from bot.store.keys import Keys, thread_of
+from bot.store.keys import BUCKETS, Keys, bucket_of, job_bucket, thread_of
 from bot.store.replicas import NONE, Replication, replicated
 from bot.store.staging import AuditNotify, head_json
 
@@ -328,15 +332,18 @@ class Approvals:
         data = record.model_dump_json(exclude=set(_MUTABLE))
         ttl = max(1, math.ceil(record.expires_at - record.requested_at)) + APPROVAL_RETENTION_S
         tag = self._keys_thread_tag(record.job_id)
+        bucket = bucket_of(tag)
         async with translated("approval create"):
             # The hints first: a crash before the record leaves a stale member, which the
             # scanner drops; the other order could leave a card nobody ever expires (or an
             # audit entry nobody chains).
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zadd(self._keys.approval_expiries(), {member: record.expires_at}, nx=True)
+                pipe.zadd(
+                    self._keys.approval_expiries(bucket), {member: record.expires_at}, nx=True
+                )
                 if remind_at is not None and remind_at < record.expires_at:
-                    pipe.zadd(self._keys.approval_reminders(), {member: remind_at}, nx=True)
-                pipe.zadd(self._keys.audit_pending(), {tag: record.requested_at})
+                    pipe.zadd(self._keys.approval_reminders(bucket), {member: remind_at}, nx=True)
+                pipe.zadd(self._keys.audit_pending_of(tag), {tag: record.requested_at})
                 await pipe.execute()
             stored = await self._create(
                 keys=[key, self._keys.audit_outbox(tag)],
@@ -420,6 +427,7 @@ class Approvals:
         if by:
             _check_user(by)
         tag = self._keys_thread_tag(job_id)
+        bucket = bucket_of(tag)
         at = repr(float(now))
 
         async def attempt() -> list[str]:
@@ -427,9 +435,9 @@ class Approvals:
                 # The hints first (see the module docstring): a won decision always has one.
                 async with self._redis.pipeline(transaction=False) as pipe:
                     pipe.zadd(
-                        self._keys.card_edits(), {index_member(job_id, call_id): now}, nx=True
+                        self._keys.card_edits(bucket), {index_member(job_id, call_id): now}, nx=True
                     )
-                    pipe.zadd(self._keys.audit_pending(), {tag: now})
+                    pipe.zadd(self._keys.audit_pending_of(tag), {tag: now})
                     await pipe.execute()
             reply: list[str] = await replicated(
                 self._redis,
@@ -480,21 +488,19 @@ class Approvals:
         A hint: the scanner calls ``decide(outcome="expired")``, which refuses (and
         drops the hint) if the approval was decided meanwhile.
         """
-        async with translated("approval due"):
-            members = await self._redis.zrangebyscore(
-                self._keys.approval_expiries(), "-inf", now, start=0, num=limit
-            )
-        return [parse_index_member(str(m)) for m in members]
+        members = await due_in_buckets(
+            self._redis, "approval due", self._keys.approval_expiries, now, limit
+        )
+        return [parse_index_member(m) for m in members]
 
     async def take_reminders(self, now: float, limit: int = 100) -> list[tuple[str, str]]:
         """``(job_id, call_id)`` of approvals whose reminder time has come, each handed
         to exactly one caller (taken out of the index in the same script). A hint: the
         caller checks the approval is still pending."""
-        async with translated("approval reminders"):
-            members = await self._take(
-                keys=[self._keys.approval_reminders()], args=[repr(now), limit]
-            )
-        return [parse_index_member(str(m)) for m in members]
+        members = await self._take_each(
+            "approval reminders", self._take, self._keys.approval_reminders, [repr(now), limit]
+        )
+        return [parse_index_member(m) for m in members]
 
     async def take_card_edits(
         self,
@@ -507,12 +513,30 @@ class Approvals:
         """``(job_id, call_id)`` of cards whose edit may still be owed, decided at least
         ``grace_s`` ago, each handed to one caller until ``retry_s`` from now. A hint:
         the caller reads the record; ``card_edited`` settles it (or drops a stale hint)."""
-        async with translated("approval card edits"):
-            members = await self._take_for(
-                keys=[self._keys.card_edits()],
-                args=[repr(now - grace_s), repr(now + retry_s), limit],
-            )
-        return [parse_index_member(str(m)) for m in members]
+        members = await self._take_each(
+            "approval card edits",
+            self._take_for,
+            self._keys.card_edits,
+            [repr(now - grace_s), repr(now + retry_s), limit],
+        )
+        return [parse_index_member(m) for m in members]
+
+    async def _take_each(
+        self, what: str, script: AsyncScript, key_of: Callable[[int], str], args: list[str | int]
+    ) -> list[str]:
+        """``script`` (a take-out script of one index key) on every bucket at once; the
+        members all of them handed out (up to ``limit`` from each)."""
+
+        async def one(bucket: int) -> list[object]:
+            async with translated(what):
+                return list(await script(keys=[key_of(bucket)], args=args))
+
+        taken = await asyncio.gather(*(one(b) for b in BUCKETS), return_exceptions=True)
+        failed = [t for t in taken if isinstance(t, BaseException)]
+        members = [str(m) for t in taken if not isinstance(t, BaseException) for m in t]
+        if failed and not members:
+            raise failed[0]
+        return members
 
     async def card_edited(self, job_id: str, call_id: str) -> None:
         """The decided card shows its decision: nothing is owed any more."""
@@ -521,7 +545,7 @@ class Approvals:
             self._redis.pipeline(transaction=False) as pipe,
         ):
             pipe.hdel(self._keys.approval(job_id, call_id), "card_owed")
-            pipe.zrem(self._keys.card_edits(), index_member(job_id, call_id))
+            pipe.zrem(self._keys.card_edits(job_bucket(job_id)), index_member(job_id, call_id))
             await pipe.execute()
 
     async def _reindex(self, record: ApprovalRecord) -> None:
@@ -531,16 +555,19 @@ class Approvals:
             await self._unindex(record.job_id, record.call_id)
             return
         async with translated("approval index"):
-            await self._redis.zadd(self._keys.approval_expiries(), {member: record.expires_at})
+            await self._redis.zadd(
+                self._keys.approval_expiries(job_bucket(record.job_id)),
+                {member: record.expires_at},
+            )
 
     async def _unindex(self, job_id: str, call_id: str) -> None:
         """Best effort: the decision already stands; a leftover hint is dropped later."""
         try:
             async with translated("approval unindex"):
-                member = index_member(job_id, call_id)
+                member, bucket = index_member(job_id, call_id), job_bucket(job_id)
                 async with self._redis.pipeline(transaction=False) as pipe:
-                    pipe.zrem(self._keys.approval_expiries(), member)
-                    pipe.zrem(self._keys.approval_reminders(), member)
+                    pipe.zrem(self._keys.approval_expiries(bucket), member)
+                    pipe.zrem(self._keys.approval_reminders(bucket), member)
                     await pipe.execute()
         except StoreError:
             log.warning("could not drop the expiry hint of %s/%s", job_id, call_id, exc_info=True)

@@ -72,6 +72,7 @@ from bot.store.audit_entry import (
     tag_of_job,
 )
 from bot.store.audit_verify import Broken, Problem, VerifyReport, walk
+from bot.store.buckets import due_in_buckets
 from bot.store.connection import translated
 from bot.store.keys import Keys
 
@@ -246,12 +247,12 @@ class AuditLog:
 
     def hint_in(self, pipe: Pipeline, tag: str) -> None:
         """Queue the pending hint for ``tag`` in the caller's pipeline."""
-        pipe.zadd(self._keys.audit_pending(), {tag: self._now()})
+        pipe.zadd(self._keys.audit_pending_of(tag), {tag: self._now()})
 
     async def hint(self, tag: str) -> None:
         """Say ``tag``'s outbox may soon hold entries (before the fact that stages them)."""
         async with translated("audit hint"):
-            await self._redis.zadd(self._keys.audit_pending(), {tag: self._now()})
+            await self._redis.zadd(self._keys.audit_pending_of(tag), {tag: self._now()})
 
     # -- chaining ------------------------------------------------------------------------
     async def append(self, entry: AuditEntry) -> AuditEntry | None:
@@ -264,7 +265,7 @@ class AuditLog:
     async def publish(self, tag: str, *, limit: int = 100) -> list[AuditEntry]:
         """Chain ``tag``'s outbox in order (up to ``limit`` entries); the entries newly
         chained (not those another publisher chained first)."""
-        outbox, pending = self.outbox_key(tag), self._keys.audit_pending()
+        outbox, pending = self.outbox_key(tag), self._keys.audit_pending_of(tag)
         async with translated("audit publish"):
             hinted = await self._redis.zscore(pending, tag)  # before the outbox is read
         # A hint is dropped only when old enough (see the module's docstring); a fresh
@@ -300,13 +301,9 @@ class AuditLog:
     async def drain(self, *, older_than_s: float = 5.0, limit: int = 50) -> list[AuditEntry]:
         """The scanner's call: publish every outbox whose hint is older than the grace
         (its writer died before publishing, or is done and left the hint to settle)."""
-        async with translated("audit drain"):
-            tags = cast(
-                list[str],
-                await self._redis.zrangebyscore(
-                    self._keys.audit_pending(), "-inf", self._now() - older_than_s, 0, limit
-                ),
-            )
+        tags = await due_in_buckets(
+            self._redis, "audit drain", self._keys.audit_pending, self._now() - older_than_s, limit
+        )
         chained: list[AuditEntry] = []
         for tag in tags:
             chained.extend(await self.publish(tag))

@@ -103,7 +103,7 @@ class CliCalls:
         )
         outbox = self._keys.audit_outbox(thread.tag)
         async with translated("cli call begin"):
-            await self._redis.zadd(self._keys.audit_pending(), {thread.tag: now})
+            await self._redis.zadd(self._keys.audit_pending_of(thread.tag), {thread.tag: now})
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.rpush(outbox, staged_json(audit))
                 pipe.expire(outbox, OUTBOX_TTL_S)

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 import redis.asyncio as aioredis
 from redis._parsers.commands import AsyncCommandsParser
 from redis.asyncio.client import PubSub
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterPubSub, RedisCluster
 from redis.asyncio.connection import SSLConnection, parse_url
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -363,8 +363,9 @@ async def subscriber(redis: aioredis.Redis) -> PubSub:
     """A pub/sub connection (subscribe confirmations ignored). On a cluster, the layout
     is (re)read first: redis-py picks the node for a channel from it and fails on an
     empty one (a client that has sent nothing yet), and a listener reconnecting after a
-    failover should find the node that serves now. Classic PUBLISH reaches every node of
-    a cluster, so any node's subscriber hears it."""
+    failover should find the node that serves now. Sharded channels (SSUBSCRIBE) are
+    served by the node of their slot: a cluster's pub/sub holds one connection per node
+    its channels live on (read them with ``sharded_message``)."""
     if isinstance(redis, _Cluster):
         async with translated("subscribe"):
             if redis._initialize:
@@ -372,6 +373,25 @@ async def subscriber(redis: aioredis.Redis) -> PubSub:
             else:
                 await redis.nodes_manager.initialize()
     return redis.pubsub(ignore_subscribe_messages=True)
+
+
+SHARDED_POLL_S = 0.2
+"""How long ``sharded_message`` waits on each node's connection of a cluster."""
+
+
+async def sharded_message(pubsub: PubSub, wait_s: float = 1.0) -> dict[str, Any] | None:
+    """The next message of a sharded subscription (``ssubscribe``), or None after about
+    ``wait_s`` (a cluster: ``SHARDED_POLL_S`` per node it listens on). Subscription
+    confirmations are not messages."""
+    if isinstance(pubsub, ClusterPubSub):
+        message = await pubsub.get_sharded_message(
+            ignore_subscribe_messages=True, timeout=SHARDED_POLL_S
+        )
+    else:
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=wait_s)
+    if message is None or message.get("type") not in ("smessage", "message"):
+        return None
+    return message
 
 
 def is_cluster(redis: aioredis.Redis) -> bool:

@@ -16,16 +16,21 @@ the script runs:
 Ending a job is atomic with a look at the thread's inject counter: if a reply arrived
 after the loop's last read, the job is not ended and the caller takes the reply in.
 
-The scanner's index (a sorted set: job id → when to look at it next) holds every live
-job: a created job is due at once, an ended one leaves it, and a job that becomes
-``running`` (started, resumed after its approval, continued after a limit) is due at
-once again, whatever look its earlier state had scheduled: a paused job's next look is
-30 s away and an ended one has none, and a process that dies running it must be found
-within its lease.
+The scanner's index (a sorted set: job id → when to look at it next, in the bucket of
+the job's thread, ``bot.store.keys``) holds every live job: a created job is due at
+once, an ended one leaves it, and a job that becomes ``running`` (started, resumed after
+its approval, continued after a limit) is due at once again, whatever look its earlier
+state had scheduled: a paused job's next look is 30 s away and an ended one has none,
+and a process that dies running it must be found within its lease.
+
+Stop is a flag on the job (``cancel``), read by its loop every step, and a signal on the
+bucket's sharded pub/sub channel that cancels an in-flight call at once wherever the job
+runs (``Turns.listen_for_stops`` subscribes to every bucket's).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -35,11 +40,15 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.agent.state import RunState, StopReason
+from bot.errors import StoreError
 from bot.store.audit import OUTBOX_TTL_S, AuditEntry, staged_json
+from bot.store.buckets import due_in_buckets
 from bot.store.connection import StoreConflict, translated
 from bot.store.failover import retried
-from bot.store.keys import JOB_TTL_S, Keys, Thread, thread_of
+from bot.store.keys import JOB_TTL_S, Keys, Thread, bucket_of, job_bucket, thread_of
 from bot.store.staging import AuditNotify
+
+log = logging.getLogger(__name__)
 
 
 class JobStatus(StrEnum):
@@ -207,10 +216,9 @@ return 1
 # its audit entry; every Stop is published (a process resuming the job reads the flag).
 _CANCEL = """
 if redis.call('HSETNX', KEYS[1], 'cancel', ARGV[1]) == 1 then
-  redis.call('RPUSH', KEYS[2], ARGV[4])
-  redis.call('EXPIRE', KEYS[2], ARGV[5])
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
-redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 """
 
@@ -284,7 +292,7 @@ class Jobs:
                 args=[id_prefix, key_prefix, JOB_TTL_S, template.model_dump_json()],
             )
             record = template.model_copy(update={"id": thread.job_id(int(n))})
-            await self._redis.zadd(self._keys.active_jobs(), {record.id: now})
+            await self._redis.zadd(self._keys.active_jobs(job_bucket(record.id)), {record.id: now})
         return record
 
     async def get(self, job_id: str) -> JobRecord | None:
@@ -338,7 +346,7 @@ class Jobs:
         tag = record.thread.tag
         async with translated("job save"):
             if audit is not None:
-                await self._redis.zadd(self._keys.audit_pending(), {tag: self._now()})
+                await self._redis.zadd(self._keys.audit_pending_of(tag), {tag: self._now()})
                 keys.append(self._keys.audit_outbox(tag))
                 args += [staged_json(audit), OUTBOX_TTL_S]
             outcome = await self._cas(keys=keys, args=args)
@@ -399,20 +407,23 @@ class Jobs:
             thread_ts=thread.thread_ts,
             detail={"while": "running"},
         )
+        bucket = bucket_of(thread.tag)
         async with translated("job cancel"):
-            await self._redis.zadd(self._keys.audit_pending(), {thread.tag: now})
+            await self._redis.zadd(self._keys.audit_pending_of(thread.tag), {thread.tag: now})
             await self._cancel(
                 keys=[self._keys.job(job_id), self._keys.audit_outbox(thread.tag)],
-                args=[
-                    by,
-                    self._keys.cancel_channel(),
-                    f"{job_id}|{by}",
-                    staged_json(entry),
-                    OUTBOX_TTL_S,
-                ],
+                args=[by, staged_json(entry), OUTBOX_TTL_S],
             )
         if self._on_audit is not None:
             self._on_audit(thread.tag)
+        # The flag is the record; the signal only saves the loop the wait for its next
+        # step. Sharded pub/sub: only the bucket channel's shard carries it (a script
+        # may not publish to a channel outside its keys' slot, so it goes on its own).
+        try:
+            async with translated("job cancel signal"):
+                await self._redis.spublish(self._keys.cancel_channel(bucket), f"{job_id}|{by}")
+        except StoreError:
+            log.warning("Stop of %s: the signal was not sent (the flag stands)", job_id)
 
     async def cancel_requested(self, job_id: str) -> str | None:
         """Who pressed Stop on the job, if anyone."""
@@ -426,26 +437,28 @@ class Jobs:
 
     async def _unindex(self, job_id: str) -> None:
         async with translated("job unindex"):
-            await self._redis.zrem(self._keys.active_jobs(), job_id)
+            await self._redis.zrem(self._keys.active_jobs(job_bucket(job_id)), job_id)
 
     async def index(self, job_id: str, when: float) -> None:
         """(Re)schedule the scanner's next look at a live job."""
         async with translated("job index"):
-            await self._redis.zadd(self._keys.active_jobs(), {job_id: when})
+            await self._redis.zadd(self._keys.active_jobs(job_bucket(job_id)), {job_id: when})
 
     async def index_many(self, when: dict[str, float]) -> None:
         """``index`` for many jobs in one command."""
-        if when:
-            async with translated("job index"):
-                await self._redis.zadd(self._keys.active_jobs(), when)
+        by_bucket: dict[int, dict[str, float]] = {}
+        for job_id, at in when.items():
+            by_bucket.setdefault(job_bucket(job_id), {})[job_id] = at
+        if by_bucket:
+            async with translated("job index"), self._redis.pipeline(transaction=False) as pipe:
+                for bucket, entries in by_bucket.items():
+                    pipe.zadd(self._keys.active_jobs(bucket), entries)
+                await pipe.execute()
 
     async def due(self, now: float, limit: int = 100) -> list[str]:
-        """Live jobs the scanner should look at (their next-check time has passed)."""
-        async with translated("job due"):
-            ids = await self._redis.zrangebyscore(
-                self._keys.active_jobs(), "-inf", now, start=0, num=limit
-            )
-        return [str(i) for i in ids]
+        """Live jobs the scanner should look at (their next-check time has passed), the
+        longest due first, from every bucket of the index."""
+        return await due_in_buckets(self._redis, "job due", self._keys.active_jobs, now, limit)
 
 
 def _raise_unless_ok(outcome: object, record: JobRecord) -> None:

@@ -2,13 +2,22 @@
 
 The keys of one thread share a hash tag (``opsloop:{C123:1700000000.000100}:…``) so
 that every multi-key script touches a single Redis Cluster slot. A job id embeds its
-thread (``C123:1700000000.000100:j3``), so a job's keys carry the same tag. The few
-process-wide indexes (active jobs, approval expiries) are separate keys that scripts
-never touch together with thread keys; they are hints that the scanner re-checks.
+thread (``C123:1700000000.000100:j3``), so a job's keys carry the same tag.
+
+The workspace-wide indexes (live jobs, approval expiries and reminders, owed card
+edits, outboxes to chain, the newest jobs) and the Stop channel are sharded into
+``INDEX_BUCKETS`` buckets, each under its own hash tag (``opsloop:{ix7}:index:active``):
+a thread's entries go to the bucket of its tag (``bucket_of``), so on a cluster the
+indexes spread over the masters (the 16 tags fall 6/5/5 on a 3-master cluster's
+default slot ranges) instead of one shard holding each. Scripts never touch an index
+together with thread keys; indexes are hints that the scanner re-checks, reading every
+bucket. ``UNBUCKETED`` names the single keys earlier versions used (moved into buckets
+by ``bot.store.buckets``).
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 DEFAULT_PREFIX = "opsloop:"
@@ -22,6 +31,22 @@ LEASE_RENEW_S = 5.0
 RECENT_JOBS_MAX = 200
 AUDIT_TAG = "{audit}"
 QUOTA_TAG = "{quota}"  # the newest jobs App Home reads, per person and workspace-wide
+
+
+INDEX_BUCKETS = 16
+"""How many buckets each workspace-wide index is sharded into (fixed: changing it
+would strand entries in buckets nobody reads)."""
+BUCKETS = range(INDEX_BUCKETS)
+
+
+def bucket_of(tag: str) -> int:
+    """The index bucket of a hash tag (a thread's ``Thread.tag``, or ``{quota}``)."""
+    return zlib.crc32(tag.encode()) % INDEX_BUCKETS
+
+
+def job_bucket(job_id: str) -> int:
+    """The index bucket of a job's entries (its thread's)."""
+    return bucket_of(thread_of(job_id).tag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,27 +136,45 @@ class Keys:
         """HASH: an assistant-pane thread's context (the channel its user looks at)."""
         return self._t(thread, "assistant")
 
-    # -- process-wide -----------------------------------------------------------
-    def recent_jobs(self, user: str | None = None) -> str:
-        """ZSET job id → created at: the newest jobs (of ``user``, or of everyone),
-        trimmed to ``RECENT_JOBS_MAX``, for App Home."""
-        return f"{self.prefix}index:recent" + (f":{user}" if user else "")
+    # -- workspace-wide indexes, sharded (see the module docstring) --------------
+    def _ix(self, bucket: int, name: str) -> str:
+        if not 0 <= bucket < INDEX_BUCKETS:
+            raise ValueError(f"no index bucket {bucket}")
+        return f"{self.prefix}{{ix{bucket}}}:{name}"
 
-    def active_jobs(self) -> str:
+    def recent_jobs(self, bucket: int) -> str:
+        """ZSET job id → created at: the newest jobs of everyone (this bucket's), trimmed
+        to ``RECENT_JOBS_MAX``, for App Home."""
+        return self._ix(bucket, "index:recent")
+
+    def recent_jobs_of(self, user: str) -> str:
+        """ZSET job id → created at: ``user``'s newest jobs (one key per person)."""
+        return f"{self.prefix}index:recent:{user}"
+
+    def active_jobs(self, bucket: int) -> str:
         """ZSET job id → when to look at it next (lease expiry), for the scanner."""
-        return f"{self.prefix}index:active"
+        return self._ix(bucket, "index:active")
 
-    def approval_expiries(self) -> str:
+    def approval_expiries(self, bucket: int) -> str:
         """ZSET ``job_id|call_id`` → expiry time, for the scanner."""
-        return f"{self.prefix}index:approvals"
+        return self._ix(bucket, "index:approvals")
 
-    def approval_reminders(self) -> str:
+    def approval_reminders(self, bucket: int) -> str:
         """ZSET ``job_id|call_id`` → when to remind people of a pending card (taken once)."""
-        return f"{self.prefix}index:approval-reminders"
+        return self._ix(bucket, "index:approval-reminders")
 
-    def card_edits(self) -> str:
+    def card_edits(self, bucket: int) -> str:
         """ZSET ``job_id|call_id`` → when to (re)do a decided card's edit, for the scanner."""
-        return f"{self.prefix}index:card-edits"
+        return self._ix(bucket, "index:card-edits")
+
+    def cancel_channel(self, bucket: int) -> str:
+        """Sharded pub/sub channel (SPUBLISH): ``job_id|user`` when someone presses Stop
+        on a job of this bucket."""
+        return self._ix(bucket, "cancel")
+
+    def unbucketed(self, name: str) -> str:
+        """The single key an earlier version kept index ``name`` in (``UNBUCKETED``)."""
+        return f"{self.prefix}index:{name}"
 
     # -- the audit log (one hash tag: its chain is one sequence) -------------------
     def audit_outbox(self, tag: str) -> str:
@@ -140,10 +183,14 @@ class Keys:
         they are chained into the log."""
         return f"{self.prefix}{tag}:audit:outbox"
 
-    def audit_pending(self) -> str:
+    def audit_pending(self, bucket: int) -> str:
         """ZSET hash tag → when its outbox was last written: outboxes that may hold
-        entries not yet chained (a hint for the scanner)."""
-        return f"{self.prefix}index:audit-outbox"
+        entries not yet chained (a hint for the scanner); a tag's is in its bucket."""
+        return self._ix(bucket, "index:audit-outbox")
+
+    def audit_pending_of(self, tag: str) -> str:
+        """The ``audit_pending`` bucket that holds ``tag``'s hint."""
+        return self.audit_pending(bucket_of(tag))
 
     def audit_log(self) -> str:
         """STREAM of chained audit entries (field ``e``: the entry JSON)."""
@@ -167,6 +214,6 @@ class Keys:
         """Counters of the workspace's daily caps and per-person job rates."""
         return f"{self.prefix}{QUOTA_TAG}:{name}"
 
-    def cancel_channel(self) -> str:
-        """Pub/sub channel: ``job_id|user`` when someone presses Stop."""
-        return f"{self.prefix}cancel"
+
+UNBUCKETED = ("active", "approvals", "approval-reminders", "card-edits", "audit-outbox", "recent")
+"""The index names an earlier version kept in one key each (``Keys.unbucketed``)."""

@@ -304,7 +304,7 @@ class RedisLedger:
     async def _hint(self, tag: str, now: float) -> None:
         """The audit outbox's pending hint, before the fact (``bot.store.staging``)."""
         async with translated("audit hint"):
-            await self._redis.zadd(self._keys.audit_pending(), {tag: now})
+            await self._redis.zadd(self._keys.audit_pending_of(tag), {tag: now})
 
     def _notify(self, tag: str) -> None:
         if self._on_audit is not None:

@@ -464,7 +464,7 @@ class DailyCaps:
             if audit_outbox is not None:
                 # The hint first (the audit log's design): a crash after it leaves a
                 # hint to an empty outbox, never an entry nobody looks for.
-                await self._redis.zadd(self._keys.audit_pending(), {QUOTA_TAG: now})
+                await self._redis.zadd(self._keys.audit_pending_of(QUOTA_TAG), {QUOTA_TAG: now})
             reply = await self._raise(keys=keys, args=args)
         status = _status(day, list(reply[1:]), self.tokens, self._base_c)
         return Raised(status) if _str(reply[0]) == "raised" else NotReached(status)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from bot.store.approvals import ApprovalRecord, parse_index_member
-from bot.store.connection import translated
+from bot.store.buckets import merged, read_buckets
 from bot.store.jobs import JobRecord
 from bot.store.recent import RecentJobs
 from bot.turns.runner import Turns
@@ -102,9 +103,12 @@ async def read_home(turns: Turns, user: str, *, now: float, shown: int = SHOWN) 
     newest, mine_ids = await asyncio.gather(recent.newest(), recent.newest(user, limit=shown))
     records, mine = await asyncio.gather(recent.records(newest), recent.records(mine_ids))
     live = [_job(r) for r in records if not r.status.final][:shown]
-    async with translated("home cards"):
-        members = await turns.redis.zrange(turns.keys.approval_expiries(), 0, CARDS_READ - 1)
-    pairs = [parse_index_member(str(m)) for m in members]
+
+    def read(pipe: Any, key: str) -> None:
+        pipe.zrange(key, 0, CARDS_READ - 1, withscores=True)
+
+    soonest = await read_buckets(turns.redis, "home cards", turns.keys.approval_expiries, read)
+    pairs = [parse_index_member(m) for m, _ in merged(soonest, CARDS_READ)]
     found = await asyncio.gather(*(turns.approvals.get(j, c) for j, c in pairs))
     pending = [a for a in found if a is not None and a.status == "pending" and a.expires_at > now]
     pending.sort(key=lambda a: a.requested_at, reverse=True)

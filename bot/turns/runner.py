@@ -59,12 +59,13 @@ from bot.agent.work_done import work_done
 from bot.errors import HandedOver, StoreError
 from bot.store.approvals import ApprovalRecord, Approvals, Outcome, to_decision
 from bot.store.artifacts import RedisArtifacts
-from bot.store.connection import subscriber, translated
+from bot.store.buckets import count_buckets
+from bot.store.connection import sharded_message, subscriber, translated
 from bot.store.held import HeldMessages
 from bot.store.history import RedisHistory
 from bot.store.inject import InjectReader
 from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus, Via
-from bot.store.keys import Keys, Thread
+from bot.store.keys import BUCKETS, Keys, Thread
 from bot.store.lease import Lease, LeaseKeeper, Leases
 from bot.store.ledger import RedisLedger
 from bot.store.receipt import Receipt, Receipts
@@ -337,13 +338,12 @@ class Turns:
         return await self.jobs.get(job_id)
 
     async def live_counts(self) -> LiveCounts:
-        """Live jobs and pending approvals in the whole workspace (one round trip)."""
-        async with translated("metrics"):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.zcard(self.keys.active_jobs())
-                pipe.zcard(self.keys.approval_expiries())
-                live, pending = await pipe.execute()
-        return LiveCounts(jobs=int(live), pending_approvals=int(pending))
+        """Live jobs and pending approvals in the whole workspace (two pipelines at once)."""
+        live, pending = await asyncio.gather(
+            count_buckets(self.redis, "metrics", self.keys.active_jobs),
+            count_buckets(self.redis, "metrics", self.keys.approval_expiries),
+        )
+        return LiveCounts(jobs=live, pending_approvals=pending)
 
     async def ping(self) -> None:
         """Whether the store answers: returns, or raises ``StoreError``."""
@@ -389,19 +389,20 @@ class Turns:
         return await controls.raise_limit(self.jobs, job_id, by, seq=seq)
 
     async def listen_for_stops(self, ready: asyncio.Event | None = None) -> None:
-        """Cancel local runs when someone presses Stop anywhere (pub/sub); reconnects
+        """Cancel local runs when someone presses Stop anywhere (sharded pub/sub: every
+        bucket's channel, on whichever node serves it); reconnects
         after Redis failures; runs until cancelled. The per-step flag covers messages
         missed while disconnected."""
-        channel = self.keys.cancel_channel()
+        channels = [self.keys.cancel_channel(bucket) for bucket in BUCKETS]
         while True:
             pubsub: PubSub | None = None
             try:
                 pubsub = await subscriber(self.redis)
-                await pubsub.subscribe(channel)
+                await pubsub.ssubscribe(*channels)
                 if ready is not None:
                     ready.set()
                 while True:
-                    message = await pubsub.get_message(timeout=1.0)
+                    message = await sharded_message(pubsub)
                     if message is None:
                         continue
                     data = str(message.get("data") or "")

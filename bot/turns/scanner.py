@@ -1,9 +1,11 @@
 """The one periodic loop: find work nobody is doing, and expire old cards.
 
 Every ``SCAN_INTERVAL_S`` (5 s) each process looks at the live jobs that are due in the
-process-wide index (``Jobs.due``) and at approvals past their expiry
-(``Approvals.due``):
+workspace-wide index (``Jobs.due``) and at approvals past their expiry
+(``Approvals.due``), every bucket of each index (``bot.store.buckets``):
 
+- entries an earlier version left in the single, unbucketed index keys: moved into
+  their buckets first (``move_unbucketed``), so a rolling upgrade loses no job.
 - approvals past their reminder time (``Approvals.take_reminders``, each taken by one
   process): recall the still pending card once in its thread.
 - ``queued``: (re)schedule it; the thread's lease decides who runs it. A process at its
@@ -44,6 +46,7 @@ from collections.abc import Awaitable, Callable
 from bot.agent.state import PendingBatch
 from bot.errors import StoreError
 from bot.store.approvals import ApprovalRecord
+from bot.store.buckets import move_unbucketed
 from bot.store.jobs import JobStatus
 from bot.store.keys import LEASE_TTL_MS
 from bot.turns.runner import Turns
@@ -111,6 +114,7 @@ class Scanner:
 
     async def scan(self) -> None:
         now = self.now()
+        await move_unbucketed(self.turns.redis, self.turns.keys)  # left by older versions
         for job_id, call_id in await self.turns.approvals.due(now):
             await self._expire(job_id, call_id, now)
         if self.on_remind is not None:

@@ -91,7 +91,7 @@ from bot.emulator.sender import sign
 from bot.emulator.slack import FakeSlack
 from bot.llm.condense import INSTRUCTION
 from bot.store.jobs import JobStatus
-from bot.store.keys import Keys, Thread
+from bot.store.keys import Keys, Thread, job_bucket
 
 from .approvals_kit import (
     call_then_answer,
@@ -265,7 +265,9 @@ async def before_ack_written(w: World) -> None:
     event = mention("C1", "UREQUESTER", ASK)
     body = event_body(event, event_id=new_event_id())
     job_id = first_job("C1", event["ts"])
-    held = w.gate.hold(has(KEYS.active_jobs(), job_id, name="ZADD"), "the job's index entry")
+    held = w.gate.hold(
+        has(KEYS.active_jobs(job_bucket(job_id)), job_id, name="ZADD"), "the job's index entry"
+    )
     request = asyncio.create_task(a.post_event(body))
     await held.wait_caught()
     await a.kill()

@@ -30,7 +30,7 @@ from bot.slack.identity import BotIdentity
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
 from bot.store.approvals import ApprovalRecord
-from bot.store.keys import RECENT_JOBS_MAX, Keys, Thread
+from bot.store.keys import BUCKETS, RECENT_JOBS_MAX, Keys, Thread
 from bot.turns.home import SHOWN, configured, read_home
 from bot.turns.runner import Turns
 from tests.e2e.harness import sign
@@ -76,9 +76,11 @@ async def test_a_thousand_jobs_render_a_bounded_home_newest_first(
     assert [j.thread_ts for j in home.live] == [ts(n) for n in range(999, 989, -1)]
     assert [j.thread_ts for j in home.mine] == [ts(n) for n in range(998, 978, -2)]
     assert all(j.requester == "U1" for j in home.mine)
-    assert await redis.zcard(keys.recent_jobs()) == RECENT_JOBS_MAX
-    assert await redis.zcard(keys.recent_jobs("U1")) == RECENT_JOBS_MAX
-    assert 0 < await redis.ttl(keys.recent_jobs("U1")) <= 30 * 24 * 3600
+    # everyone's index: one bucket per thread's hash tag, each trimmed like a person's
+    everyone = [await redis.zcard(keys.recent_jobs(b)) for b in BUCKETS]
+    assert sum(everyone) == 1_000 and max(everyone) <= RECENT_JOBS_MAX and min(everyone) > 0
+    assert await redis.zcard(keys.recent_jobs_of("U1")) == RECENT_JOBS_MAX
+    assert 0 < await redis.ttl(keys.recent_jobs_of("U1")) <= 30 * 24 * 3600
 
     view = home_view(
         home,

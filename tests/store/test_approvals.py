@@ -22,7 +22,7 @@ from bot.store.approvals import (
     to_decision,
 )
 from bot.store.connection import StoreUnavailable, connect
-from bot.store.keys import Keys, Thread
+from bot.store.keys import Keys, Thread, job_bucket
 
 NOW = 1_700_000_000.0
 TTL = 3600.0
@@ -103,7 +103,9 @@ async def test_a_pending_approval_is_in_the_expiry_index(
 ) -> None:
     record = await approvals.create(pending(thread))
 
-    index = await redis.zrange(keys.approval_expiries(), 0, -1, withscores=True)
+    index = await redis.zrange(
+        keys.approval_expiries(job_bucket(record.job_id)), 0, -1, withscores=True
+    )
 
     assert index == [(f"{record.job_id}|{record.call_id}", NOW + TTL)]
 
@@ -264,7 +266,7 @@ async def test_a_stale_hint_is_dropped_when_met(
 ) -> None:
     """A hint left by a crash (no record, or a decided one) goes away at the scan."""
     job_id = thread.job_id(3)
-    await redis.zadd(keys.approval_expiries(), {f"{job_id}|call_gone": NOW})
+    await redis.zadd(keys.approval_expiries(job_bucket(job_id)), {f"{job_id}|call_gone": NOW})
 
     [(found_job, found_call)] = await approvals.due(NOW)
     gone = await approvals.decide(

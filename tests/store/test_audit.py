@@ -183,10 +183,10 @@ async def test_a_fresh_hint_is_kept_and_an_old_one_dropped_when_the_outbox_is_em
     await stage(redis, log, TAG, entry(1))
     await log.publish(TAG)
     # Its writer may still sit between another hint and its fact: kept for now.
-    assert await redis.zscore(keys.audit_pending(), TAG) == clock.t
+    assert await redis.zscore(keys.audit_pending_of(TAG), TAG) == clock.t
     clock.t += SETTLE_S + 1
     assert await log.publish(TAG) == []
-    assert await redis.zscore(keys.audit_pending(), TAG) is None
+    assert await redis.zscore(keys.audit_pending_of(TAG), TAG) is None
 
 
 async def test_a_hint_written_after_the_publisher_read_it_is_kept(
@@ -209,7 +209,7 @@ async def test_a_hint_written_after_the_publisher_read_it_is_kept(
     log._drop = writer_stages_first  # type: ignore[assignment]
     assert [e.id for e in await log.publish(TAG)] == [entry(1).id]
 
-    assert await redis.zscore(keys.audit_pending(), TAG) == clock.t  # the writer's
+    assert await redis.zscore(keys.audit_pending_of(TAG), TAG) == clock.t  # the writer's
     clock.t += 10
     log._drop = drop
     assert [e.id for e in await log.drain()] == [entry(2).id]
@@ -230,7 +230,7 @@ async def test_drain_chains_a_dead_writers_outbox_only_after_the_grace(
     clock.t += 2
     chained = await log.drain(older_than_s=5)
     assert sorted(e.id for e in chained) == sorted(entry(n).id for n in (1, 2, 3))
-    assert await redis.zcard(keys.audit_pending()) == 0
+    assert await redis.zcard(keys.audit_pending_of(TAG)) == 0
     assert await log.drain(older_than_s=5) == []
 
 
@@ -243,7 +243,7 @@ async def test_publish_takes_at_most_its_limit_and_keeps_the_hint(
     clock.t += 60
     assert len(await log.publish(TAG, limit=5)) == 5
     assert await redis.llen(log.outbox_key(TAG)) == 2
-    assert await redis.zscore(keys.audit_pending(), TAG) is not None
+    assert await redis.zscore(keys.audit_pending_of(TAG), TAG) is not None
     assert len(await log.drain()) == 2
 
 
@@ -290,7 +290,7 @@ async def test_hint_in_queues_the_hint_in_the_callers_pipeline(
     async with redis.pipeline(transaction=True) as pipe:
         log.hint_in(pipe, TAG)
         await pipe.execute()
-    assert await redis.zscore(keys.audit_pending(), TAG) == 123.5
+    assert await redis.zscore(keys.audit_pending_of(TAG), TAG) == 123.5
 
 
 async def test_redis_down_is_store_unavailable(fresh_server: ManagedRedis, keys: Keys) -> None:

@@ -67,7 +67,7 @@ async def test_a_new_approval_stages_its_request_once(
     assert isinstance(detail, dict)
     assert detail["dry_run_output"] == "would restart nginx on web-03"
     assert detail["requester"] == REQUESTER
-    assert await redis.zscore(keys.audit_pending(), thread.tag) is not None
+    assert await redis.zscore(keys.audit_pending_of(thread.tag), thread.tag) is not None
 
 
 async def test_the_winning_decision_is_staged_with_its_card_and_a_losing_one_is_not(

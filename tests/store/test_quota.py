@@ -209,7 +209,7 @@ async def test_raise_for_day_stages_its_audit_entry_in_the_same_script(
     assert isinstance(raised, Raised)
     assert await redis.lrange(outbox, 0, -1) == [entry]
     assert 0 < await redis.ttl(outbox) <= 30 * 24 * 3600
-    assert await redis.zscore(keys.audit_pending(), QUOTA_TAG) is not None
+    assert await redis.zscore(keys.audit_pending_of(QUOTA_TAG), QUOTA_TAG) is not None
     with pytest.raises(ValueError):
         await cap.raise_for_day("U1", audit_outbox=keys.audit_outbox("{C1:1.2}"), audit_json="{}")
 

@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from bot.cli.tools import shell_user
 from bot.emulator.redis_server import ManagedRedis, free_port
 from bot.store.jobs import Jobs, JobStatus
-from bot.store.keys import Keys
+from bot.store.keys import Keys, job_bucket
 from bot.store.ledger import RedisLedger
 from bot.store.trace import EndEntry, ToolEntry, read_trace
 from tests.store import conftest as store_fixtures
@@ -130,7 +130,9 @@ async def test_a_mutating_call_is_a_job_with_its_ledger_and_trace(
     assert (job.status, job.requester) == (JobStatus.COMPLETED, "cli:alice")
     assert job.meta["confirmed_by"] == "U0APPROVER"
     assert job.progress.tools_used == ["restart"] and job.progress.tool_executions == 1
-    assert await redis.zscore(keys.active_jobs(), job_id) is None  # no scanner looks at it
+    assert (
+        await redis.zscore(keys.active_jobs(job_bucket(job_id)), job_id) is None
+    )  # no scanner looks at it
 
     [(entry_key, entry)] = (await RedisLedger(redis, keys).entries(job_id)).items()
     assert entry_key == key

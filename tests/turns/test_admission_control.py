@@ -22,7 +22,7 @@ from bot.agent.testing import ScriptedModel, text
 from bot.metrics import Metrics
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobRecord, JobStatus
-from bot.store.keys import Keys, Thread
+from bot.store.keys import Keys, Thread, job_bucket
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import DUE_PAGE, Scanner
 from bot.turns.tasks import Tasks
@@ -239,7 +239,7 @@ async def test_a_process_with_room_takes_at_its_scan_what_a_full_one_left_queued
     # A's own scan (it is full) leaves the job queued and due for any other scan.
     await scanner_of(a).scan()
     assert await untouched(a.turns, second) and a.waits(second)
-    score = await redis.zscore(keys.active_jobs(), second)
+    score = await redis.zscore(keys.active_jobs(job_bucket(second)), second)
     assert score is not None and score < time.time() + 1.0
 
     await scanner_of(b, ahead_s=1.0).scan()  # B's next scan
@@ -330,7 +330,7 @@ async def test_a_full_process_scan_reaches_the_due_jobs_behind_those_it_left_wai
     await scanner_of(a).scan()
     assert a.waits(behind)  # looked at, though past the first page
     for job_id in [*waiting, behind]:
-        score = await redis.zscore(keys.active_jobs(), job_id)
+        score = await redis.zscore(keys.active_jobs(job_bucket(job_id)), job_id)
         assert score is not None and scanned_at < score < time.time() + 1.0
         assert await untouched(a.turns, job_id)
 

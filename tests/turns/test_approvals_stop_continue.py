@@ -12,7 +12,7 @@ from bot.agent import StopReason, ToolMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobStatus
-from bot.store.keys import Keys, Thread
+from bot.store.keys import Keys, Thread, job_bucket
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import Scanner
 from tests.agent.conftest import echo_tool
@@ -206,6 +206,35 @@ async def test_the_scanner_resumes_a_running_job_whose_lease_is_gone(
 
     await Scanner(turns, schedule=scheduled.append, on_expired=on_expired).scan()
     assert scheduled == [job_id]
+    result = await turns.run_job(job_id)
+    assert result is not None and result.output == "all good"
+
+
+async def test_a_job_an_earlier_version_indexed_in_the_unbucketed_key_is_taken_over(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    """A rolling upgrade: the job's process (an older version) died with the job
+    running, its index entry in the single ``index:active`` key; the new scanner moves
+    it into its bucket and takes the job over."""
+    model = ScriptedModel([text("all good")])
+    turns, _ = make_turns(redis, keys, model)
+    job_id = await start(turns, thread)
+    record = await turns.jobs.get(job_id)
+    assert record is not None
+    await turns.jobs.save(record, JobStatus.RUNNING, fence=1)
+    bucket = keys.active_jobs(job_bucket(job_id))
+    score = await redis.zscore(bucket, job_id)
+    assert score is not None
+    await redis.zrem(bucket, job_id)
+    await redis.zadd(keys.unbucketed("active"), {job_id: score})
+    scheduled: list[str] = []
+
+    async def on_expired(approval: ApprovalRecord) -> None:
+        raise AssertionError("no card here")
+
+    await Scanner(turns, schedule=scheduled.append, on_expired=on_expired).scan()
+    assert scheduled == [job_id]
+    assert not await redis.exists(keys.unbucketed("active"))
     result = await turns.run_job(job_id)
     assert result is not None and result.output == "all good"
 

@@ -23,7 +23,7 @@ from bot.agent import ModelRequest, ModelResponse, StopReason, ToolMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobStatus
-from bot.store.keys import LEASE_TTL_MS, Keys, Thread
+from bot.store.keys import LEASE_TTL_MS, Keys, Thread, job_bucket
 from bot.store.lease import Leases
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import DUE_PAGE, SCAN_INTERVAL_S, Scanner
@@ -121,7 +121,7 @@ async def taken_over_by_b(
     await scanner.scan()
     assert job_id in scheduled, (
         f"B's scan {TAKEOVER_BOUND_S:g} s after the crash did not pick the job up; "
-        f"its next look is {await redis.zscore(keys.active_jobs(), job_id)!r} "
+        f"its next look is {await redis.zscore(keys.active_jobs(job_bucket(job_id)), job_id)!r} "
         f"(crash at {crashed_at:.1f})"
     )
 
