@@ -56,6 +56,7 @@ from bot.slack.identity import BotIdentity
 from bot.slack.notifier import SlackNotifier
 from bot.slack.policy import ApproverPolicy
 from bot.slack.progress import budget_sender
+from bot.slack.redelivery import deliver_ending
 from bot.slack.tasks import TASK_CARDS
 from bot.slack.updates import UpdateBudget
 from bot.store.audit import AuditLog
@@ -286,6 +287,7 @@ class Service:
             on_expired=interactions.card_expired,
             on_remind=interactions.remind,
             on_card=interactions.redo_card,
+            on_ending=lambda record: deliver_ending(client, record, bot_user=identity.user),
         )
         app = bolt_app(
             client=client,

@@ -60,12 +60,12 @@ async def find_status(
     for message in reply.get("messages") or []:
         if bot_user is not None and message.get("user") not in (bot_user, None):
             continue
-        if _has_stop_for(message.get("blocks") or [], record.id):
+        if has_stop_for(message.get("blocks") or [], record.id):
             return str(message["ts"])
     return None
 
 
-def _has_stop_for(blocks: Sequence[Any], job_id: str) -> bool:
+def has_stop_for(blocks: Sequence[Any], job_id: str) -> bool:
     for block in blocks:
         elements = block.get("elements") if isinstance(block, dict) else None
         for element in elements or []:
@@ -112,6 +112,10 @@ class Reporter:
     @property
     def status_ts(self) -> str | None:
         return self.progress.status_ts
+
+    @property
+    def delivered(self) -> bool:
+        return self.ended and self.progress.delivered
 
     async def aclose(self) -> None:
         if not self.ended:

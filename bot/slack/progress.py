@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -115,6 +115,39 @@ def continue_label(result: RunResult, step: float | None) -> str | None:
     if result.stop_reason is StopReason.LIMIT_TOKENS and WORKSPACE_CAP in (result.error or ""):
         return "Continue (raise today's cap)"
     return f"Continue (+{step:g} {LIMIT_WORDS[result.stop_reason]})" if step else None
+
+
+def ending_for(
+    record: JobRecord,
+    result: RunResult,
+    *,
+    tools: Sequence[ToolLine] = (),
+    cut: Sequence[tuple[str, str]] = (),
+) -> Message:
+    """The status message's last form: how the job ended (``ending_message``), with its
+    Continue button and the "Full output" buttons of ``cut`` calls."""
+    limits = record.limits
+    step = continue_step(record, result.stop_reason)
+    ending = ending_message(
+        result.stop_reason,
+        job_id=record.id,
+        iterations=result.iterations,
+        max_iterations=limits.max_iterations,
+        tokens=result.usage.paid,
+        token_budget=limits.token_budget,
+        tools_run=result.tool_executions,
+        error=result.error,
+        by=stopper(result),
+        continue_label=continue_label(result, step),
+        continue_seq=len(record.raises),
+        active_s=result.state.active_time_s,
+        deadline_s=limits.deadline_s,
+        tools=tools,
+        trace_id=trace_id_of(record),
+        cost_usd=result.cost_usd,
+        unpriced_calls=result.unpriced_calls,
+    )
+    return with_output_buttons(ending, record.id, cut)
 
 
 PATIENCE_S = 40.0  # how long an answer waits out 429s (inside notifier's FINISH_TIMEOUT_S)
@@ -220,6 +253,7 @@ class JobProgress:
         self._cut: list[tuple[str, str]] = []  # (call id, tool) of outputs the model saw cut
         self._tasks: set[asyncio.Task[None]] = set()
         self.done = asyncio.Event()
+        self.delivered = False  # the ended run's answer and ending reached the thread
 
     @property
     def channel(self) -> str:
@@ -458,28 +492,7 @@ class JobProgress:
                 return  # the card speaks for the job until it is decided
             if answer is not None:
                 await self._answer(answer, shown)
-            limits = self.record.limits
-            step = continue_step(self.record, result.stop_reason)
-            ending = ending_message(
-                result.stop_reason,
-                job_id=self.record.id,
-                iterations=result.iterations,
-                max_iterations=limits.max_iterations,
-                tokens=result.usage.paid,
-                token_budget=limits.token_budget,
-                tools_run=result.tool_executions,
-                error=result.error,
-                by=stopper(result),
-                continue_label=continue_label(result, step),
-                continue_seq=len(self.record.raises),
-                active_s=result.state.active_time_s,
-                deadline_s=limits.deadline_s,
-                tools=self._lines,
-                trace_id=trace_id_of(self.record),
-                cost_usd=result.cost_usd,
-                unpriced_calls=result.unpriced_calls,
-            )
-            ending = with_output_buttons(ending, self.record.id, self._cut)
+            ending = ending_for(self.record, result, tools=self._lines, cut=self._cut)
             if self.status_ts is not None:
                 # Queued, not awaited: the workspace's chat.update budget (Tier 3) may be
                 # minutes behind under load, and the job must not hold its lease and
@@ -496,6 +509,7 @@ class JobProgress:
                     text=ending.text,
                     blocks=ending.blocks,
                 )
+            self.delivered = True  # (the ending's edit is queued: the budget sends it)
         except Exception:
             log.exception("reporting the end of job %s failed", self.record.id)
         finally:

@@ -222,7 +222,8 @@ end
 return 1
 """
 
-# Like _CAS, and only if no reply arrived after the loop's last read.
+# Like _CAS, and only if no reply arrived after the loop's last read. The ending is then
+# owed to the thread (``owed``: how many times another process tried to deliver it).
 # KEYS[2] inject counter; ARGV[6] the counter value the loop has seen.
 _FINISH = """
 local seq = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -231,9 +232,15 @@ local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
 if not cur[1] then return 'missing' end
 if cur[1] ~= ARGV[1] then return 'status:' .. cur[1] end
 if tonumber(ARGV[2]) < tonumber(cur[2] or '0') then return 'fence:' .. cur[2] end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'fence', ARGV[2], 'data', ARGV[4])
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'fence', ARGV[2], 'data', ARGV[4], 'owed', '0')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 return 1
+"""
+
+# One more try at delivering an owed ending: its count, or -1 when nothing is owed.
+_ATTEMPT = """
+if redis.call('HEXISTS', KEYS[1], 'owed') == 0 then return -1 end
+return redis.call('HINCRBY', KEYS[1], 'owed', 1)
 """
 
 # KEYS: jobs counter, current-job pointer; ARGV: thread prefix of job keys, data template
@@ -267,6 +274,7 @@ class Jobs:
         self._now = now
         self._cas = redis.register_script(_CAS)
         self._finish = redis.register_script(_FINISH)
+        self._attempt = redis.register_script(_ATTEMPT)
         self._create = redis.register_script(_CREATE)
         self._cancel = redis.register_script(_CANCEL)
         self._on_audit = on_audit
@@ -369,7 +377,12 @@ class Jobs:
         **update: object,
     ) -> JobRecord | None:
         """End the job unless a reply arrived after the loop's last read
-        (``inject_seen``); ``None`` means it did and the job is still ``record.status``."""
+        (``inject_seen``); ``None`` means it did and the job is still ``record.status``.
+
+        The ended job's answer and ending are then *owed* to its thread: it stays in the
+        scanner's index until ``delivered`` (its process showed them), so a process
+        that dies before Slack has them leaves the job for another to deliver
+        (``delivery_attempt``, see ``bot.turns.scanner``)."""
         check_transition(record.status, status)
         new = self._next(record, status, fence, **update)
         async with translated("job finish"):
@@ -387,9 +400,29 @@ class Jobs:
         if isinstance(outcome, str) and outcome.startswith("replies:"):
             return None
         _raise_unless_ok(outcome, record)
-        if status.final:
-            await self._unindex(record.id)
         return new
+
+    async def owed(self, job_id: str) -> int | None:
+        """How many deliveries of an ended job's answer and ending were tried elsewhere,
+        or None when nothing is owed (delivered, or not ended by ``finish``)."""
+        async with translated("job owed"):
+            tries = await self._redis.hget(self._keys.job(job_id), "owed")
+        return None if tries is None else int(tries)
+
+    async def delivery_attempt(self, job_id: str) -> int | None:
+        """Count one more try at delivering the job's ending: the count, or None when
+        it was delivered meanwhile."""
+        async with translated("job delivery"):
+            n = int(await self._attempt(keys=[self._keys.job(job_id)]))
+        return None if n < 0 else n
+
+    async def delivered(self, job_id: str) -> None:
+        """The ended job's answer and ending are in its thread: nothing is owed, and the
+        scanner need not look at it again (one round trip)."""
+        async with translated("job delivered"), self._redis.pipeline(transaction=False) as pipe:
+            pipe.hdel(self._keys.job(job_id), "owed")
+            pipe.zrem(self._keys.active_jobs(job_bucket(job_id)), job_id)
+            await pipe.execute()
 
     async def request_cancel(self, job_id: str, by: str) -> None:
         """Stop a running job: the flag its loop reads every step (kept with the job,

@@ -24,10 +24,15 @@ from bot.store.ledger import LedgerRecord
 
 class JobSink(Protocol):
     """A job's progress reporter: receives the run's events, then ``aclose``.
-    ``status_ts`` is its status message (kept in the job so a resumed run edits it)."""
+    ``status_ts`` is its status message (kept in the job so a resumed run edits it);
+    ``delivered``, after ``aclose``: the ended job's answer and ending reached the thread
+    (else they stay owed, for the scanner to deliver)."""
 
     @property
     def status_ts(self) -> str | None: ...
+
+    @property
+    def delivered(self) -> bool: ...
 
     def __call__(self, event: Event) -> None: ...
 

@@ -565,7 +565,21 @@ class Turns:
                 self.on_run_end(record.id)
             if reporter is not None:
                 await reporter.aclose()
+        if JobStatus.of(result.stop_reason).final and follow is None:  # ended by ``finish``
+            await self._delivered(record.id, reporter)
         return result, follow
+
+    async def _delivered(self, job_id: str, reporter: JobSink | None) -> None:
+        """Settle the ended job's ending (``Jobs.finish``): shown in the thread, or no
+        one to show it to. One Slack could not take stays owed: the scanner of any
+        process tries again once this lease is gone (``bot.turns.scanner``)."""
+        if reporter is not None and not reporter.delivered:
+            log.warning("job %s: its ending did not reach the thread; left owed", job_id)
+            return
+        try:
+            await self.jobs.delivered(job_id)
+        except StoreError:  # a redelivery finds the answer in the thread: none is doubled
+            log.warning("job %s: its delivery was not recorded", job_id, exc_info=True)
 
     async def _report_unknown_outcomes(self, record: JobRecord) -> JobRecord:
         """Tell people about mutating calls an interruption left without a result (once

@@ -22,6 +22,10 @@ workspace-wide index (``Jobs.due``) and at approvals past their expiry
 - ``awaiting_approval`` whose approval was decided but never resumed (the deciding
   process died): resume it; still pending but its card never reached the thread (the
   pausing process died before posting it, or Slack failed): post the card.
+- an ended job whose answer and ending are still owed to its thread (its process died
+  before showing them, or Slack refused them past its patience; ``Jobs.finish``): once
+  its lease is free, take the lease and deliver them (``bot.slack.redelivery``: the
+  answer only if the thread lacks it), at most ``MAX_DELIVERIES`` times.
 - a decided card whose edit is still owed a few seconds after the decision (its
   deciding process died before the edit, or Slack refused it): edit it now.
 - an approval past its expiry: decide it ``expired`` (atomic; a click that won first
@@ -47,8 +51,9 @@ from bot.agent.state import PendingBatch
 from bot.errors import StoreError
 from bot.store.approvals import ApprovalRecord
 from bot.store.buckets import move_unbucketed
-from bot.store.jobs import JobStatus
+from bot.store.jobs import JobRecord, JobStatus
 from bot.store.keys import LEASE_TTL_MS
+from bot.store.lease import LeaseKeeper
 from bot.turns.runner import Turns
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,8 @@ LOOKS_AT_ONCE = 16  # jobs looked at concurrently
 # A job left waiting for room is looked at again this long after the scan that left it:
 # past that scan's ``now`` (so its paging moves on), due for the next scan anywhere.
 NUDGE_S = 0.001
+MAX_DELIVERIES = 3  # tries at an owed ending by other processes before giving up
+DELIVERY_RETRY_S = 30.0  # after a try Slack refused
 
 
 class Scanner:
@@ -74,6 +81,7 @@ class Scanner:
         on_expired: Callable[[ApprovalRecord], Awaitable[None]],
         on_remind: Callable[[ApprovalRecord], Awaitable[None]] | None = None,
         on_card: Callable[[ApprovalRecord], Awaitable[bool]] | None = None,
+        on_ending: Callable[[JobRecord], Awaitable[bool]] | None = None,
         interval_s: float = SCAN_INTERVAL_S,
         now: Callable[[], float] = time.time,
     ) -> None:
@@ -84,6 +92,7 @@ class Scanner:
         self.on_expired = on_expired
         self.on_remind = on_remind
         self.on_card = on_card
+        self.on_ending = on_ending
         self.interval_s = interval_s
         self.now = now
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -207,8 +216,11 @@ class Scanner:
             await turns.jobs.index(job_id, now + self.interval_s)
             return
         record = await turns.jobs.get(job_id)
-        if record is None or record.status.final:
+        if record is None:
             await turns.jobs.unindex(job_id)  # a stale hint
+            return
+        if record.status.final:
+            await self._owed_ending(record, now)
             return
         match record.status:
             case JobStatus.QUEUED:
@@ -233,6 +245,38 @@ class Scanner:
                 await turns.jobs.index(
                     job_id, self._next_look(job_id, now, now + AWAITING_RECHECK_S)
                 )
+
+    async def _owed_ending(self, record: JobRecord, now: float) -> None:
+        """An ended job still in the index: its answer and ending may be owed to its
+        thread (its process died before showing them, or Slack refused). Delivered under
+        the thread's lease, so never while its own process may still be at it."""
+        turns, job_id = self.turns, record.id
+        if self.on_ending is None or await turns.jobs.owed(job_id) is None:
+            await turns.jobs.unindex(job_id)  # delivered: a stale hint
+            return
+        lease = await turns.leases.acquire(record.thread)
+        if lease is None:  # its process is still showing it, or the thread's next job runs
+            left = await turns.leases.expires_in(record.thread) or 0.0
+            self._later(job_id, left + LEASE_MARGIN_S)
+            await turns.jobs.index(job_id, now + left + LEASE_MARGIN_S)
+            return
+        async with LeaseKeeper(turns.leases, lease):
+            tries = await turns.jobs.delivery_attempt(job_id)
+            if tries is None:
+                return  # delivered meanwhile
+            if tries > MAX_DELIVERIES:
+                log.error("job %s: gave up delivering its ending after %d tries", job_id, tries - 1)
+                await turns.jobs.delivered(job_id)
+                return
+            try:
+                shown = await self.on_ending(record)
+            except Exception:
+                log.warning("could not deliver the ending of %s", job_id, exc_info=True)
+                shown = False
+            if shown:
+                await turns.jobs.delivered(job_id)
+            else:
+                await turns.jobs.index(job_id, now + DELIVERY_RETRY_S)
 
     def _next_look(self, job_id: str, now: float, later: float) -> float:
         """When to look at a job this look (re)scheduled: ``later``, or, when this

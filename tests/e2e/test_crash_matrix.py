@@ -52,6 +52,13 @@ The rows here, and how each point is reached:
   pending in the dead consumer's PEL) and the write that puts it into the history (the
   first command carrying its text after the receipt) is held. The survivor claims it.
 - ``during-condensing``: the summary request (the condense instruction) is held.
+- ``after-the-end-before-the-answer``: the job has ended in Redis (its ending owed to the
+  thread) and the answer's ``chat.postMessage`` is held; the process is killed and the
+  post fails. The survivor's scanner, once the dead lease is gone, posts the answer and
+  turns the status message into the ending (``bot.slack.redelivery``).
+  ``after-the-answer-before-the-ending``: the same, but the held post lands: the survivor
+  finds the answer in the thread and shows only the ending. (Streaming off in both: a
+  streamed answer's message is edited into the answer, not posted.)
 - ``model-5xx-storm`` / ``model-5xx-outlasts-retries``: 503s for a while (recovered within
   the client's retries) and longer than them (the job ends ``failed`` with its reason).
 - ``slack-429-storm`` / ``slack-429-outlasts-retries``: every posting and editing method
@@ -518,6 +525,51 @@ async def slack_429s(w: World, refusals: int) -> None:
     await assert_one_clear_ending(w, event, CHECKED)
 
 
+async def _killed_showing_the_answer(w: World, *, lands: bool) -> dict[str, Any]:
+    """The job ends (final in Redis) while its answer's post is held; the process is
+    killed; the post then fails (never landed) or lands (Slack took it)."""
+    w.model.policy = call_then_answer("check_host", {"host": "web-03"})
+    a = await w.start()
+    event = mention("C1", "UREQUESTER", ASK)
+    seed(w.slack, event)
+    assert (await a.send(event))[0] == 200
+    await w.slack.wait_for_call("chat.postMessage", timeout=10)  # the status message
+    posting = w.slack.hold("chat.postMessage")  # the next post is the answer
+    await w.slack.wait_for_call("chat.postMessage", count=2, timeout=20)
+    job_id = first_job("C1", event["ts"])
+
+    async def final() -> bool:
+        return JobStatus((await job_hash(w.redis.url, job_id))["status"]).final
+
+    await wait_until(final, timeout=10, what=f"{job_id} final")
+    assert (await job_hash(w.redis.url, job_id)).get("owed") == "0"  # owed to the thread
+    await a.kill()
+    if not lands:
+        w.slack.fail_next("chat.postMessage", status=500)
+    posting.set()
+    return event
+
+
+async def after_the_end_before_the_answer(w: World) -> None:
+    event = await _killed_showing_the_answer(w, lands=False)
+    await w.start()  # its scanner delivers the answer and the ending, the lease gone
+    await w.slack.wait_for(lambda: bool(endings(w.slack, event["ts"])), timeout=TAKEOVER_S)
+    await assert_one_clear_ending(w, event, CHECKED)
+    job_id = first_job("C1", event["ts"])
+
+    async def settled() -> bool:  # right after the ending is shown
+        return "owed" not in await job_hash(w.redis.url, job_id)
+
+    await wait_until(settled, timeout=5, what=f"{job_id}'s delivery settled")
+
+
+async def after_the_answer_before_the_ending(w: World) -> None:
+    event = await _killed_showing_the_answer(w, lands=True)
+    await w.start()  # the answer is in the thread: only the ending is shown
+    await w.slack.wait_for(lambda: bool(endings(w.slack, event["ts"])), timeout=TAKEOVER_S)
+    await assert_one_clear_ending(w, event, CHECKED)
+
+
 async def slack_429_storm(w: World) -> None:
     await slack_429s(w, SDK_RETRIES)
 
@@ -596,6 +648,8 @@ NO_STATUS_NO_ENDING = (
 )
 
 
+NO_STREAM = (("LLM_STREAM", "false"),)  # the answer is then a chat.postMessage of its own
+
 ROWS = [
     Row("before-ack-unwritten", before_ack_unwritten),
     Row("before-ack-written", before_ack_written),
@@ -612,6 +666,8 @@ ROWS = [
         during_condensing,
         (("LLM_CONTEXT_TOKENS", "100000"), ("OPSLOOP_CONDENSE_AT", "0.08")),
     ),
+    Row("after-the-end-before-the-answer", after_the_end_before_the_answer, NO_STREAM),
+    Row("after-the-answer-before-the-ending", after_the_answer_before_the_ending, NO_STREAM),
     Row("model-5xx-storm", model_5xx_storm),
     Row("model-5xx-outlasts-retries", model_5xx_outlasts_retries),
     Row("slack-429-storm", slack_429_storm),

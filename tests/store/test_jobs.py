@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from bot.agent import RunState, Usage
 from bot.store.connection import StoreConflict
 from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus, LimitRaise, check_transition
-from bot.store.keys import Keys, Thread
+from bot.store.keys import Keys, Thread, job_bucket
 
 LIMITS = JobLimits(max_iterations=20, deadline_s=3600, token_budget=200_000)
 
@@ -140,3 +140,28 @@ async def test_finish_is_refused_when_a_reply_arrived_after_the_last_read(
     done = await jobs.finish(job, JobStatus.COMPLETED, fence=1, inject_seen=3, output="ok")
     assert done is not None and done.output == "ok"
     assert (await jobs.get(job.id)) == done
+
+
+async def test_an_ended_job_owes_its_thread_its_ending_until_delivered(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    """``finish`` leaves the job in the scanner's index with its ending owed (a process
+    that dies before Slack shows it leaves it for another); ``delivered`` settles both."""
+    jobs = jobs_at(redis, keys)
+    job = await jobs.save(await new_job(jobs, thread), JobStatus.RUNNING, fence=1)
+    index = keys.active_jobs(job_bucket(job.id))
+    await redis.set(keys.inject_seq(thread), 1)
+    assert await jobs.finish(job, JobStatus.COMPLETED, fence=1, inject_seen=0) is None
+    assert await jobs.owed(job.id) is None  # not ended: nothing owed yet
+
+    await jobs.finish(job, JobStatus.COMPLETED, fence=1, inject_seen=1, output="ok")
+    assert await jobs.owed(job.id) == 0
+    assert await redis.zscore(index, job.id) is not None  # the scanner still looks at it
+    assert [await jobs.delivery_attempt(job.id) for _ in range(2)] == [1, 2]
+    assert await jobs.owed(job.id) == 2
+
+    await jobs.delivered(job.id)
+    assert await jobs.owed(job.id) is None
+    assert await redis.zscore(index, job.id) is None
+    assert await jobs.delivery_attempt(job.id) is None  # settled: no try recreates it
+    assert await jobs.owed(job.id) is None

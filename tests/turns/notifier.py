@@ -17,6 +17,7 @@ class QuietSink:
     """A job's progress that shows nothing."""
 
     status_ts: str | None = None
+    delivered = True
 
     def __call__(self, event: Event) -> None:
         pass
