@@ -61,6 +61,7 @@ class AskAgain:
 StopPredicate = Callable[[StopCheck], Awaitable[StopVerdict | AskAgain | None]]
 Checkpoint = Callable[[RunState], Awaitable[None]]
 CheckpointAndFetch = Callable[[RunState], Awaitable[Sequence[Injected]]]
+FlushAndAck = Callable[[Sequence[Injected]], Awaitable[None]]
 JobFacts = Callable[[], Awaitable[str | None]]
 
 
@@ -96,6 +97,9 @@ class AgentConfig:
     # question) is saved by it at the start of the next iteration, so an iteration costs
     # the store two round trips: this one and the save before the tools run.
     on_checkpoint_and_fetch: CheckpointAndFetch | None = None
+    # Optional: ``memory.flush()`` followed by ``inject.ack(items)``, in one round trip
+    # (the injected messages durable in the history and acknowledged together).
+    on_flush_and_ack: FlushAndAck | None = None
     artifacts: ArtifactStore = field(default_factory=InMemoryArtifacts)
     ledger: Ledger | None = None
     clock: Clock = field(default_factory=LoopClock)

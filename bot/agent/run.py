@@ -328,8 +328,11 @@ class _Run:
             said = redact_secrets(item.text)
             text = f"<@{item.author}>: {said}" if item.author else said
             self.append(UserMessage(content=text, source_id=item.id))
-        await self.config.memory.flush()  # durable before anyone sees an ack
-        await inject.ack(items)
+        if (both := self.config.on_flush_and_ack) is not None:
+            await both(items)  # durable before anyone sees an ack, in one round trip
+        else:
+            await self.config.memory.flush()  # durable before anyone sees an ack
+            await inject.ack(items)
         self.emit(InjectedMessages(ids=tuple(i.id for i in items)))
 
     async def condense(self) -> bool:

@@ -3,9 +3,10 @@
 The originals are an append-only LIST of message JSON; condensing never removes them.
 The effective history is ``[summary] + originals[covered:]`` when a condensed view
 exists (a small JSON STRING beside the list). The history is loaded once per process
-and then kept in memory; appends are buffered and made durable by ``flush`` (one round
-trip) or, on the hot path, by the job session's checkpoint script together with the
-job's state (``drain`` hands the buffer over).
+(or handed over as read with the job's lease: ``preload``) and then kept in memory;
+appends are buffered and made durable by ``flush`` (one round trip) or, on the hot
+path, by the job session's checkpoint script together with the job's state (``drain``
+hands the buffer over) or the inject stream's XACK (``InjectReader.ack``).
 
 Who approved a call is the record of its result: a call's stored arguments keep what the
 model wrote, and the result appended after the decision carries ``confirmed_by``. Both
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 from pydantic import TypeAdapter
+from redis.asyncio.client import Pipeline
 
 from bot.agent.memory import record_approver, record_approvers, replace_message
 from bot.agent.messages import AnyMessage, Message, ToolMessage, UserMessage
@@ -50,21 +52,32 @@ class RedisHistory:
         self._pending: list[str] = []
         self._source_ids: set[str] = set()
         self._loaded = False
+        self._preloaded: tuple[Sequence[str], str | None] | None = None
 
     @property
     def thread(self) -> Thread:
         return self._thread
 
+    def preload(self, raw_list: Sequence[str], raw_view: str | None) -> None:
+        """The history as someone else read it (the LIST and the view, as ``load`` reads
+        them: ``Leases.acquire_job`` reads them with the lease); ``load`` reads nothing."""
+        if not self._loaded:
+            self._preloaded = (raw_list, raw_view)
+
     async def load(self) -> None:
         """Read the thread's history (one round trip); later calls use the local copy."""
         if self._loaded:
             return
-        key = self._keys.history(self._thread)
-        async with translated("history load"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.lrange(key, 0, -1)
-                pipe.get(self._keys.history_view(self._thread))
-                raw_list, raw_view = await pipe.execute()
+        if self._preloaded is not None:
+            raw_list, raw_view = self._preloaded
+            self._preloaded = None
+        else:
+            key = self._keys.history(self._thread)
+            async with translated("history load"):
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    pipe.lrange(key, 0, -1)
+                    pipe.get(self._keys.history_view(self._thread))
+                    raw_list, raw_view = await pipe.execute()
         self._originals = [load_message(r) for r in raw_list]
         record_approvers(self._originals)
         for message in self._originals:
@@ -103,16 +116,20 @@ class RedisHistory:
         items = self.drain()
         if not items:
             return
-        key = self._keys.history(self._thread)
         try:
             async with translated("history flush"):
                 async with self._redis.pipeline(transaction=True) as pipe:
-                    pipe.rpush(key, *items)
-                    pipe.expire(key, HISTORY_TTL_S)
+                    self.queue_append(pipe, items)
                     await pipe.execute()
         except BaseException:
             self.restore(items)
             raise
+
+    def queue_append(self, pipe: Pipeline, items: Sequence[str]) -> None:
+        """Queue on ``pipe`` what ``flush`` sends for drained ``items`` (RPUSH, EXPIRE)."""
+        key = self._keys.history(self._thread)
+        pipe.rpush(key, *items)
+        pipe.expire(key, HISTORY_TTL_S)
 
     async def condense(self, upto: int, summary: str) -> None:
         await self.load()

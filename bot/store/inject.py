@@ -42,12 +42,13 @@ process read them at most one renew interval after its last renewal, and the lea
 expired a whole TTL after it.
 
 The loop appends what ``fetch`` returned to the history, flushes, then calls ``ack``:
-XACK first, and only then the visible ack (the ``eyes`` reaction). An entry whose ts is
-already in the history (applied, flushed, crash before XACK) is acked and skipped, so a
-reply is never applied twice; it gets then the visible ack the crash may have cost it
-(the callback must tolerate a reaction that is already there). Acked entries stay in the
-stream until it expires, so the group's ``entries-read``/lag stay meaningful; they are
-small and few per thread.
+XACK first, and only then the visible ack (the ``eyes`` reaction); given the history,
+``ack`` flushes it in the same MULTI, before the XACK (one round trip for both). An
+entry whose ts is already in the history (applied, flushed, crash before XACK) is acked
+and skipped, so a reply is never applied twice; it gets then the visible ack the crash
+may have cost it (the callback must tolerate a reaction that is already there). Acked
+entries stay in the stream until it expires, so the group's ``entries-read``/lag stay
+meaningful; they are small and few per thread.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from redis.exceptions import ResponseError
 
 from bot.agent.ports import Injected
 from bot.store.connection import translated
+from bot.store.history import RedisHistory
 from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread
 
 log = logging.getLogger(__name__)
@@ -220,11 +222,16 @@ class InjectReader:
         pending, and a follow-up job takes them in."""
         return 0 if self._handed_out else self.seen_seq
 
-    async def ack(self, items: Sequence[Injected]) -> None:
+    async def ack(self, items: Sequence[Injected], history: RedisHistory | None = None) -> None:
         """XACK the items (one round trip), then the visible ack; a failed XACK raises
-        ``StoreError`` and nobody sees an ack."""
+        ``StoreError`` and nobody sees an ack. With ``history``, its buffered appends
+        are flushed in the same MULTI, before the XACK (``history.flush`` then ``ack``,
+        in one round trip; on a failure they stay buffered)."""
         ids = [self._handed_out[i.id] for i in items if i.id in self._handed_out]
-        if ids:
+        appends = history.drain() if history is not None else []
+        if appends and history is not None:
+            await self._flush_and_ack(history, appends, ids)
+        elif ids:
             async with translated("inject ack"):
                 await self._redis.xack(self._stream, GROUP, *ids)
         for item in items:
@@ -232,6 +239,27 @@ class InjectReader:
         await self._visible_ack(items)
 
     # -- internals ---------------------------------------------------------------
+
+    async def _flush_and_ack(
+        self, history: RedisHistory, appends: list[str], ids: Sequence[str]
+    ) -> None:
+        """``appends`` into the history, then XACK ``ids``, in one MULTI; the appends go
+        back to the history's buffer unless they were written."""
+        async with translated("inject ack"):
+            try:
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    history.queue_append(pipe, appends)
+                    if ids:
+                        pipe.xack(self._stream, GROUP, *ids)
+                    replies = await pipe.execute(raise_on_error=False)
+            except BaseException:
+                history.restore(appends)
+                raise
+            if isinstance(replies[0], BaseException):
+                history.restore(appends)
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
 
     async def _visible_ack(self, items: Sequence[Injected]) -> None:
         if self._on_visible_ack is None or not items:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Literal
 
@@ -45,8 +45,9 @@ from bot.store.audit import OUTBOX_TTL_S, AuditEntry, staged_json
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import StoreConflict, translated
 from bot.store.failover import retried
-from bot.store.keys import JOB_TTL_S, Keys, Thread, bucket_of, job_bucket, thread_of
+from bot.store.keys import JOB_TTL_S, TRACE_TTL_S, Keys, Thread, bucket_of, job_bucket, thread_of
 from bot.store.staging import AuditNotify
+from bot.store.trace import MAX_TRACE_ENTRIES
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,9 @@ return 1
 
 # Like _CAS, and only if no reply arrived after the loop's last read. The ending is then
 # owed to the thread (``owed``: how many times another process tried to deliver it).
-# KEYS[2] inject counter; ARGV[6] the counter value the loop has seen.
+# KEYS[2] inject counter, KEYS[3] the job's trace; ARGV[6] the counter value the loop
+# has seen, ARGV[7] the trace's ttl, ARGV[8] its max entries, ARGV[9…] trace entries
+# appended with the ending (the run's last events: one round trip for both).
 _FINISH = """
 local seq = tonumber(redis.call('GET', KEYS[2]) or '0')
 if seq > tonumber(ARGV[6]) then return 'replies:' .. seq end
@@ -234,6 +237,11 @@ if cur[1] ~= ARGV[1] then return 'status:' .. cur[1] end
 if tonumber(ARGV[2]) < tonumber(cur[2] or '0') then return 'fence:' .. cur[2] end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'fence', ARGV[2], 'data', ARGV[4], 'owed', '0')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
+if #ARGV > 8 then
+  redis.call('RPUSH', KEYS[3], unpack(ARGV, 9, #ARGV))
+  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[8]), -1)
+  redis.call('EXPIRE', KEYS[3], ARGV[7])
+end
 return 1
 """
 
@@ -374,10 +382,13 @@ class Jobs:
         *,
         fence: int,
         inject_seen: int,
+        trace: Sequence[str] = (),
         **update: object,
     ) -> JobRecord | None:
         """End the job unless a reply arrived after the loop's last read
         (``inject_seen``); ``None`` means it did and the job is still ``record.status``.
+        ``trace``: entries appended to the job's trace in the same script, when it ends
+        the job (on ``None`` they are not written).
 
         The ended job's answer and ending are then *owed* to its thread: it stays in the
         scanner's index until ``delivered`` (its process showed them), so a process
@@ -387,7 +398,11 @@ class Jobs:
         new = self._next(record, status, fence, **update)
         async with translated("job finish"):
             outcome = await self._finish(
-                keys=[self._keys.job(record.id), self._keys.inject_seq(record.thread)],
+                keys=[
+                    self._keys.job(record.id),
+                    self._keys.inject_seq(record.thread),
+                    self._keys.trace(record.id),
+                ],
                 args=[
                     record.status.value,
                     fence,
@@ -395,6 +410,9 @@ class Jobs:
                     new.model_dump_json(),
                     JOB_TTL_S,
                     inject_seen,
+                    TRACE_TTL_S,
+                    MAX_TRACE_ENTRIES,
+                    *trace,
                 ],
             )
         if isinstance(outcome, str) and outcome.startswith("replies:"):

@@ -225,18 +225,39 @@ class Turns:
     async def _run_once(self, job_id: str) -> tuple[RunResult, str | None] | None:
         if self.draining:
             return None  # it stays in the index: another process's scan takes it
-        record = await self.jobs.get(job_id)
-        if record is None or record.status.final or job_id in self.running:
+        if job_id in self.running:
             return None
-        if record.status is JobStatus.AWAITING_APPROVAL and await self.decision(record) is None:
-            return None  # still waiting for a human
-        lease = await self.leases.acquire(record.thread)
+        # Registered before the lease's read of the cancel flag: a Stop after that read
+        # reaches this token (``listen_for_stops``).
+        token = CancelToken()
+        self.running[job_id] = token
+        try:
+            return await self._take_and_run(job_id, token)
+        finally:
+            if self.running.get(job_id) is token:
+                del self.running[job_id]
+
+    async def _take_and_run(
+        self, job_id: str, token: CancelToken
+    ) -> tuple[RunResult, str | None] | None:
+        taken = await self.leases.acquire_job(job_id)  # the record, and the lease if runnable
+        record = taken.record
+        if record is not None and taken.lease is None and not record.status.final:
+            if record.status is not JobStatus.AWAITING_APPROVAL:
+                return None  # someone else holds the lease
+            if await self.decision(record) is None:
+                return None  # still waiting for a human
+            taken = await self.leases.acquire_job(job_id, decided=True)
+        lease, record = taken.lease, taken.record
         if lease is None:
             return None
         async with LeaseKeeper(self.leases, lease):
-            record = await self.jobs.get(job_id)
-            if record is None or record.status.final:
+            if record is None or record.status.final:  # a retried take finds anything
                 return None
+            if taken.cancel_by is not None:
+                token.cancel(stopped_by(taken.cancel_by))
+            history = RedisHistory(self.redis, self.keys, record.thread)
+            history.preload(taken.history, taken.history_view)
             decision = None
             via: Via | None = None
             if record.status is JobStatus.AWAITING_APPROVAL:
@@ -264,7 +285,9 @@ class Turns:
                 record, JobStatus.RUNNING, fence=lease.fence, via=via, meta=meta
             )
             try:
-                result, follow = await self._run(record, lease.fence, lease, decision, reporter)
+                result, follow = await self._run(
+                    record, lease.fence, lease, decision, token, history, reporter
+                )
             except HandedOver:
                 handed_over = True
             else:
@@ -433,14 +456,15 @@ class Turns:
         fence: int,
         lease: Lease,
         decision: Decision | None,
+        token: CancelToken,
+        history: RedisHistory,
         reporter: JobSink | None,
     ) -> tuple[RunResult, str | None]:
-        token = CancelToken()
-        self.running[record.id] = token
         try:
-            return await self._run_with(record, fence, lease, decision, token, reporter)
+            return await self._run_with(record, fence, lease, decision, token, history, reporter)
         finally:
-            self.running.pop(record.id, None)
+            if self.running.get(record.id) is token:
+                del self.running[record.id]
 
     async def _run_with(
         self,
@@ -449,13 +473,11 @@ class Turns:
         lease: Lease,
         decision: Decision | None,
         token: CancelToken,
+        history: RedisHistory,
         reporter: JobSink | None,
     ) -> tuple[RunResult, str | None]:
         thread = record.thread
-        if (by := await self.jobs.cancel_requested(record.id)) is not None:
-            token.cancel(stopped_by(by))
-        history = RedisHistory(self.redis, self.keys, thread)
-        await history.history()
+        await history.history()  # read with the lease (``preload``): no round trip
         record = await self._report_unknown_outcomes(record)
         tools = with_read_artifact(self._tools_of(record), RedisArtifacts(self.redis, self.keys))
         trace = TraceRecorder(record.id)
@@ -539,6 +561,7 @@ class Turns:
             on_event=on_event,
             on_checkpoint=session.checkpoint,
             on_checkpoint_and_fetch=lambda state: session.checkpoint_and_fetch(state, inject),
+            on_flush_and_ack=lambda items: inject.ack(items, history),
             artifacts=RedisArtifacts(self.redis, self.keys),
             ledger=self.ledger,
             confirm=confirm,
@@ -550,10 +573,11 @@ class Turns:
         )
         try:
             result = await run(config, record.progress, decision)
-            follow = await self._end(session.record, result, fence, inject.settled_seq)
+            follow = await self._end(session.record, result, fence, inject.settled_seq, trace)
             # What came after the last checkpoint (the approval asked for, the run's end)
             # goes to the trace once the job's status is saved (so the status is not held
-            # up by it), and before the card is posted (so a decision's entries follow).
+            # up by it; an ending writes it in the same script), and before the card is
+            # posted (so a decision's entries follow).
             try:
                 await trace.flush(self.redis, self.keys)
             except StoreError:
@@ -601,8 +625,11 @@ class Turns:
             update={"meta": {**record.meta, "unknown_told": ",".join(sorted(told))}}
         )
 
-    async def _end(self, record: JobRecord, result: RunResult, fence: int, seen: int) -> str | None:
-        """Save how the job ended; the id of a follow-up job if replies are pending."""
+    async def _end(
+        self, record: JobRecord, result: RunResult, fence: int, seen: int, trace: TraceRecorder
+    ) -> str | None:
+        """Save how the job ended (with the trace's last entries when it ends); the id of
+        a follow-up job if replies are pending."""
         status = JobStatus.of(result.stop_reason)
         update: dict[str, Any] = {
             "progress": result.state,
@@ -613,8 +640,16 @@ class Turns:
         if result.stop_reason is StopReason.AWAITING_APPROVAL:
             await self.jobs.save(record, status, fence=fence, via=None, **update)
             return None
-        ended = await self.jobs.finish(record, status, fence=fence, inject_seen=seen, **update)
+        entries = trace.drain()
+        try:
+            ended = await self.jobs.finish(
+                record, status, fence=fence, inject_seen=seen, trace=entries, **update
+            )
+        except BaseException:
+            trace.put_back(entries)
+            raise
         if ended is None:
+            trace.put_back(entries)  # not written: the flush after the follow-up's start
             # A reply arrived after the loop's last read: end this job anyway and let a
             # new job in the conversation take the reply in.
             await self.jobs.save(record, status, fence=fence, via=None, **update)

@@ -11,7 +11,7 @@ from bot.emulator.redis_server import ManagedRedis
 from bot.store.connection import StoreConflict, connect
 from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
-from bot.store.lease import LeaseKeeper, Leases
+from bot.store.lease import LeaseKeeper, Leases, TakenJob
 
 
 async def test_only_one_holder_and_fences_grow(
@@ -87,3 +87,58 @@ async def test_the_keeper_renews_and_releases(
                 break
         assert await redis.pttl(keys.lease(thread)) > 1_000  # renewed to the full TTL
     assert await leases.holder(thread) is None  # released on exit
+
+
+async def test_acquire_job_takes_the_lease_of_a_runnable_job_only(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    jobs = Jobs(redis, keys)
+    leases = Leases(redis, keys)
+    limits = JobLimits(max_iterations=5, deadline_s=60, token_budget=1000)
+    job = await jobs.create(thread, requester="U1", limits=limits)
+    assert await leases.acquire_job(f"{thread.channel}:{thread.thread_ts}:j9") == (
+        TakenJob(None, None)
+    )
+
+    taken = await leases.acquire_job(job.id)
+    assert taken.record == job and taken.lease is not None and taken.lease.fence == 1
+    assert taken.cancel_by is None and taken.history == [] and taken.history_view is None
+    assert await leases.holder(thread) == taken.lease.value
+    assert await leases.acquire_job(job.id) == TakenJob(None, None)  # someone holds it
+
+    running = await jobs.save(job, JobStatus.RUNNING, fence=taken.lease.fence)
+    await jobs.request_cancel(job.id, "U2")
+    await redis.rpush(keys.history(thread), '{"role":"user","content":"hi"}')
+    await leases.release(taken.lease)
+    again = await leases.acquire_job(job.id)
+    assert again.lease is not None and again.lease.fence == 2
+    assert again.cancel_by == "U2" and again.history == ['{"role":"user","content":"hi"}']
+    await leases.release(again.lease)
+
+    paused = await jobs.save(running, JobStatus.AWAITING_APPROVAL, fence=2)
+    undecided = await leases.acquire_job(job.id)
+    assert undecided.record == paused and undecided.lease is None
+    assert await leases.holder(thread) is None
+    decided = await leases.acquire_job(job.id, decided=True)
+    assert decided.lease is not None and decided.lease.fence == 3
+    await leases.release(decided.lease)
+
+    await jobs.save(paused, JobStatus.CANCELLED, fence=3)
+    final = await leases.acquire_job(job.id, decided=True)
+    assert final.record is not None and final.record.status is JobStatus.CANCELLED
+    assert final.lease is None and await leases.holder(thread) is None
+
+
+async def test_acquire_job_retried_by_its_owner_finds_its_own_lease(
+    redis: aioredis.Redis, keys: Keys, thread: Thread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry after a lost reply (``bot.store.failover``) gets the lease it took."""
+    jobs = Jobs(redis, keys)
+    leases = Leases(redis, keys)
+    limits = JobLimits(max_iterations=5, deadline_s=60, token_budget=1000)
+    job = await jobs.create(thread, requester="U1", limits=limits)
+    monkeypatch.setattr("bot.store.lease.new_owner", lambda: "same-owner")
+    first = await leases.acquire_job(job.id)
+    retry = await leases.acquire_job(job.id)
+    assert first.lease is not None and retry.lease == first.lease
+    assert retry.record == job

@@ -3,14 +3,19 @@ taken in mid-run, and a reply that arrives as the job ends."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
 
 from bot.agent import ModelRequest, ModelResponse, StopReason, ToolMessage, UserMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.store.history import RedisHistory
 from bot.store.jobs import JobLimits, JobStatus
-from bot.store.keys import Keys, Thread
+from bot.store.keys import TRACE_TTL_S, Keys, Thread
 from bot.store.lease import Leases
+from bot.store.trace import read_trace
 from bot.turns.runner import Turns, TurnSettings
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
@@ -130,3 +135,37 @@ async def test_a_job_whose_thread_is_leased_elsewhere_is_left_alone(
     stored = await turns.jobs.get(job.id)
     assert stored is not None and stored.status is JobStatus.QUEUED
     assert model.requests == []
+
+
+async def test_a_simple_job_costs_nine_round_trips(
+    redis: aioredis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that answers at once: the lease (with the job, its cancel flag and the
+    history), ``running`` and its index, the inject fetch, the message into the history
+    with its XACK, the step's checkpoint, the ending (with the trace's last entries), out
+    of the index, the lease released. Nothing read twice."""
+    model = ScriptedModel([text("one"), text("two")])
+    turns = turns_for(redis, keys, model, [])
+    sent: list[str] = []
+    send = AbstractConnection.send_packed_command
+
+    async def counted(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        packed = command if isinstance(command, bytes | str) else b"".join(command)
+        raw = packed.encode() if isinstance(packed, str) else packed
+        sent.append(raw.split(b"\r\n")[2].decode().upper())  # the first command's name
+        await send(self, command, check_health)
+
+    for n, expected in ((1, None), (2, 9)):  # the first job loads the scripts
+        thread = Thread("C123", f"170000000{n}.000100")
+        job = (await turns.receive(thread, ts=thread.thread_ts, user="U1", text="hi")).record
+        assert job is not None
+        sent.clear()
+        with monkeypatch.context() as patch:
+            patch.setattr(AbstractConnection, "send_packed_command", counted)
+            result = await turns.run_job(job.id)
+        assert result is not None and result.stop_reason is StopReason.COMPLETED
+        if expected is not None:
+            assert len(sent) == expected, sent
+        # The run's end went to the trace with the ending, with the trace's TTL.
+        assert [e.kind for e in await read_trace(redis, keys, job.id)][-1] == "end"
+        assert 0 < await redis.ttl(keys.trace(job.id)) <= TRACE_TTL_S
