@@ -45,6 +45,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/otel.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/audit.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/chaos_soak.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/topologies.py
 
 clean:
 	rm -rf .opsloop .mypy_cache .ruff_cache .pytest_cache build *.egg-info
