@@ -51,6 +51,8 @@ from bot.store.trace import MAX_TRACE_ENTRIES
 
 log = logging.getLogger(__name__)
 
+FINISH_RETRY_S = 5.0  # how long an ending is retried across a failover (a lease is 15 s)
+
 
 class JobStatus(StrEnum):
     """A job's status: ``queued`` and ``running``, which only a job has, then every
@@ -229,9 +231,12 @@ return 1
 # has seen, ARGV[7] the trace's ttl, ARGV[8] its max entries, ARGV[9…] trace entries
 # appended with the ending (the run's last events: one round trip for both).
 _FINISH = """
+local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
+if cur[1] == ARGV[3] and redis.call('HGET', KEYS[1], 'data') == ARGV[4] then
+  return 1  -- this very ending, retried after its reply was lost: written once
+end
 local seq = tonumber(redis.call('GET', KEYS[2]) or '0')
 if seq > tonumber(ARGV[6]) then return 'replies:' .. seq end
-local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
 if not cur[1] then return 'missing' end
 if cur[1] ~= ARGV[1] then return 'status:' .. cur[1] end
 if tonumber(ARGV[2]) < tonumber(cur[2] or '0') then return 'fence:' .. cur[2] end
@@ -396,25 +401,32 @@ class Jobs:
         (``delivery_attempt``, see ``bot.turns.scanner``)."""
         check_transition(record.status, status)
         new = self._next(record, status, fence, **update)
-        async with translated("job finish"):
-            outcome = await self._finish(
-                keys=[
-                    self._keys.job(record.id),
-                    self._keys.inject_seq(record.thread),
-                    self._keys.trace(record.id),
-                ],
-                args=[
-                    record.status.value,
-                    fence,
-                    status.value,
-                    new.model_dump_json(),
-                    JOB_TTL_S,
-                    inject_seen,
-                    TRACE_TTL_S,
-                    MAX_TRACE_ENTRIES,
-                    *trace,
-                ],
-            )
+        data = new.model_dump_json()
+
+        async def attempt() -> object:
+            async with translated("job finish"):
+                return await self._finish(
+                    keys=[
+                        self._keys.job(record.id),
+                        self._keys.inject_seq(record.thread),
+                        self._keys.trace(record.id),
+                    ],
+                    args=[
+                        record.status.value,
+                        fence,
+                        status.value,
+                        data,
+                        JOB_TTL_S,
+                        inject_seen,
+                        TRACE_TTL_S,
+                        MAX_TRACE_ENTRIES,
+                        *trace,
+                    ],
+                )
+
+        # A failover must not turn an answered job into a resumed one that answers again
+        # (the answer is in the thread): the ending is retried, recognised as its own.
+        outcome = await retried("job finish", attempt, budget_s=FINISH_RETRY_S)
         if isinstance(outcome, str) and outcome.startswith("replies:"):
             return None
         _raise_unless_ok(outcome, record)
@@ -478,8 +490,12 @@ class Jobs:
 
     async def cancel_requested(self, job_id: str) -> str | None:
         """Who pressed Stop on the job, if anyone."""
-        async with translated("job cancel flag"):
-            by = await self._redis.hget(self._keys.job(job_id), "cancel")
+
+        async def attempt() -> object:
+            async with translated("job cancel flag"):
+                return await self._redis.hget(self._keys.job(job_id), "cancel")
+
+        by = await retried("job cancel flag", attempt)  # a read: safe to retry
         return str(by) if by else None
 
     async def unindex(self, job_id: str) -> None:

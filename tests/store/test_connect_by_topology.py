@@ -4,13 +4,23 @@ builds from the URL (TLS, password, no retries)."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection
 
 from bot.errors import ConfigError
 from bot.settings import load_bot_settings
-from bot.store.connection import RedisTarget, connect, is_cluster, parse_sentinels
+from bot.store.connection import (
+    RedisTarget,
+    StoreUnavailable,
+    connect,
+    is_cluster,
+    parse_sentinels,
+    translated,
+)
 
 REDIS_VARS = (
     "REDIS_URL",
@@ -93,3 +103,21 @@ async def test_sentinel_mode_asks_the_sentinels_and_takes_tls_and_password_from_
         assert [(s.connection_pool.connection_kwargs["host"]) for s in sentinels] == ["s1", "s2"]
     finally:
         await client.aclose()
+
+
+def _raising_in(filename: str) -> Any:
+    namespace: dict[str, Any] = {}
+    exec(compile("def write():\n    None.writelines([])\n", filename, "exec"), namespace)  # noqa: S102
+    return namespace["write"]
+
+
+async def test_an_attribute_error_inside_redis_py_is_redis_unavailable() -> None:
+    """redis-py 8.1 on a connection a failover closed under it raises AttributeError
+    (``'NoneType' object has no attribute 'writelines'``): a Redis failure, retried and
+    answered like one (503, takeover), not a crash. Ours stays a bug."""
+    with pytest.raises(StoreUnavailable, match="writelines"):
+        async with translated("receipt"):
+            _raising_in(f"{os.sep}site-packages{os.sep}redis{os.sep}asyncio{os.sep}x.py")()
+    with pytest.raises(AttributeError):
+        async with translated("receipt"):
+            _raising_in(f"{os.sep}work{os.sep}bot{os.sep}store{os.sep}x.py")()

@@ -17,9 +17,9 @@ import redis.asyncio as aioredis
 
 from bot.emulator.redis_server import ManagedRedis
 from bot.store.approvals import ApprovalRecord, Approvals
-from bot.store.connection import StoreUnavailable, connect
+from bot.store.connection import StoreConflict, StoreUnavailable, connect
 from bot.store.failover import retried
-from bot.store.jobs import JobLimits
+from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
 from bot.store.ledger import RedisLedger
 from bot.store.receipt import Receipts
@@ -139,3 +139,30 @@ async def test_only_store_unavailability_is_retried() -> None:
     with pytest.raises(ValueError):
         await retried("x", refused)
     assert calls == 1
+
+
+async def test_an_ending_rides_out_a_restart_and_a_retry_finds_its_own_write(
+    fresh_server: ManagedRedis, client: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    """A job's ending is retried across a failover: were it not, the job would be resumed
+    from its last checkpoint and answer a second time (its answer already shown). A retry
+    whose first reply was lost finds its own ending: written once, trace entries too."""
+    jobs = Jobs(client, keys, now=lambda: NOW)
+    job = await jobs.save(
+        await jobs.create(thread, requester="U1", limits=LIMITS), JobStatus.RUNNING, fence=1
+    )
+    fresh_server.kill()
+    restart = asyncio.create_task(back_after(fresh_server, 0.3))
+    done = await jobs.finish(
+        job, JobStatus.COMPLETED, fence=1, inject_seen=0, trace=['{"kind": "end"}'], output="ok"
+    )
+    await restart
+    assert done is not None and done.status is JobStatus.COMPLETED
+
+    again = await jobs.finish(  # the very same ending, sent again
+        job, JobStatus.COMPLETED, fence=1, inject_seen=0, trace=['{"kind": "end"}'], output="ok"
+    )
+    assert again == done
+    assert await client.lrange(keys.trace(job.id), 0, -1) == ['{"kind": "end"}']
+    with pytest.raises(StoreConflict):  # another ending is not this one
+        await jobs.finish(job, JobStatus.FAILED, fence=1, inject_seen=0, error="boom")
