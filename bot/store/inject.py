@@ -165,6 +165,11 @@ class InjectReader:
             replies = list(await pipe.execute(raise_on_error=False))
         return await self.take(plan, replies)
 
+    def reread_own(self) -> None:
+        """A fetch whose reply was lost may have delivered entries to this consumer: the
+        next fetch reads this consumer's pending entries first."""
+        self._own_pending_empty = False
+
     def queue(self, pipe: Any) -> FetchPlan:
         """Queue the fetch's commands on ``pipe`` (a MULTI, maybe holding other commands
         before them); ``take`` reads their replies, the last ones of the pipeline."""

@@ -22,7 +22,8 @@ from redis.exceptions import NoScriptError
 
 from bot.agent.ports import Injected
 from bot.agent.state import RunState
-from bot.store.connection import StoreConflict, translated
+from bot.store.connection import StoreConflict, StoreUnavailable, translated
+from bot.store.failover import retried
 from bot.store.history import RedisHistory
 from bot.store.inject import InjectReader
 from bot.store.jobs import JobRecord
@@ -30,10 +31,17 @@ from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, TRACE_TTL_S, Keys
 from bot.store.lease import Lease
 from bot.store.trace import MAX_TRACE_ENTRIES, TraceRecorder
 
+CHECKPOINT_RETRY_S = 5.0  # how long a step is retried across a failover (a lease is 15 s)
+
 # KEYS: job hash, history list, trace list.
 # ARGV: expected status, fence, data, job ttl, history ttl, trace ttl, max trace,
 #       n history items, history items…, trace items…
 _CHECKPOINT = """
+if redis.call('HGET', KEYS[1], 'data') == ARGV[3] then  -- this very step, retried
+  local stop = redis.call('HGET', KEYS[1], 'cancel')
+  if stop then return 'cancel:' .. stop end
+  return 1
+end
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence')
 if not cur[1] then return 'missing' end
 if cur[1] ~= ARGV[1] then return 'status:' .. cur[1] end
@@ -84,13 +92,24 @@ class JobSession:
     async def checkpoint(self, state: RunState) -> None:
         """Make the step durable (the core's ``on_checkpoint``)."""
         step = self._step(state)
-        try:
+        self._settle(step, await self._write(step))
+
+    async def _write(self, step: _Step) -> object:
+        """The step's script, retried across a failover (``CHECKPOINT_RETRY_S``): the
+        script knows its own step (the record it writes is unique to it), so a retry
+        whose first reply was lost appends nothing twice. Without the retry a failover
+        left the job for takeover from the step before, which asked the model again
+        and could answer twice."""
+
+        async def attempt() -> object:
             async with translated("job checkpoint"):
-                outcome = await self._script(keys=step.keys, args=step.args)
+                return await self._script(keys=step.keys, args=step.args)
+
+        try:
+            return await retried("job checkpoint", attempt, budget_s=CHECKPOINT_RETRY_S)
         except BaseException:
             self._put_back(step)
             raise
-        self._settle(step, outcome)
 
     async def checkpoint_and_fetch(
         self, state: RunState, inject: InjectReader
@@ -117,6 +136,13 @@ class JobSession:
                     outcome = await self._script(keys=step.keys, args=step.args)
                 elif isinstance(outcome, BaseException):
                     raise outcome
+        except StoreUnavailable:
+            # The MULTI may or may not have run: the step again on its own (a retry
+            # finds it if it was written), the replies at the next fetch (those the
+            # lost reply delivered are this consumer's pending entries, read first).
+            inject.reread_own()
+            self._settle(step, await self._write(step))
+            return []
         except BaseException:
             self._put_back(step)
             raise

@@ -15,14 +15,18 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from bot.agent import RunState, UserMessage
 from bot.emulator.redis_server import ManagedRedis
 from bot.store.approvals import ApprovalRecord, Approvals
 from bot.store.connection import StoreConflict, StoreUnavailable, connect
 from bot.store.failover import retried
+from bot.store.history import RedisHistory
 from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
+from bot.store.lease import Leases
 from bot.store.ledger import RedisLedger
 from bot.store.receipt import Receipts
+from bot.store.session import JobSession
 
 LIMITS = JobLimits(max_iterations=5, deadline_s=60, token_budget=10_000)
 NOW = 1_700_000_000.0
@@ -166,3 +170,34 @@ async def test_an_ending_rides_out_a_restart_and_a_retry_finds_its_own_write(
     assert await client.lrange(keys.trace(job.id), 0, -1) == ['{"kind": "end"}']
     with pytest.raises(StoreConflict):  # another ending is not this one
         await jobs.finish(job, JobStatus.FAILED, fence=1, inject_seen=0, error="boom")
+
+
+async def test_a_step_rides_out_a_restart_and_its_retry_appends_nothing_twice(
+    fresh_server: ManagedRedis, client: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    """A checkpoint is retried across a failover: were it not, the job would be left for
+    takeover from the step before, whose model call (an answer already shown) would run
+    again. Its script knows its own step, so a retry whose reply was lost appends once."""
+    jobs = Jobs(client, keys)
+    job = await jobs.create(thread, requester="U1", limits=LIMITS)
+    lease = await Leases(client, keys).acquire(thread)
+    assert lease is not None
+    running = await jobs.save(job, JobStatus.RUNNING, fence=lease.fence)
+    history = RedisHistory(client, keys, thread)
+    await history.history()
+    session = JobSession(client, keys, running, lease, history, now=lambda: NOW)
+
+    history.append(UserMessage(content="step one"))
+    fresh_server.kill()
+    restart = asyncio.create_task(back_after(fresh_server, 0.3))
+    await session.checkpoint(RunState(iterations=1))
+    await restart
+    assert await client.llen(keys.history(thread)) == 1
+
+    history.append(UserMessage(content="step two"))
+    step = session._step(RunState(iterations=2))  # the script's call, sent twice
+    assert session._settle(step, await session._write(step)) is None
+    assert await session._write(step) == 1  # the retry finds its own step
+    assert await client.llen(keys.history(thread)) == 2
+    stored = await jobs.get(job.id)
+    assert stored is not None and stored.progress.iterations == 2
