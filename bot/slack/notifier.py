@@ -119,7 +119,8 @@ class Reporter:
 
     async def aclose(self) -> None:
         if not self.ended:
-            return  # abandoned: whoever resumes the job reports on it
+            await self.progress.abandon()  # whoever resumes the job reports on it
+            return
         try:
             await asyncio.wait_for(self.progress.done.wait(), timeout=FINISH_TIMEOUT_S)
         except TimeoutError:

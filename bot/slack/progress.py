@@ -150,6 +150,7 @@ def ending_for(
     return with_output_buttons(ending, record.id, cut)
 
 
+ABANDON_S = 5.0  # winding up an abandoned run's streams
 PATIENCE_S = 40.0  # how long an answer waits out 429s (inside notifier's FINISH_TIMEOUT_S)
 MAX_RETRY_AFTER_S = 20.0
 
@@ -472,6 +473,22 @@ class JobProgress:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def abandon(self) -> None:
+        """The run was abandoned (the store failed outside the loop; whoever resumes the
+        job reports on it): wind up the streams and the assistant status this process
+        started, so none of their workers is left pending."""
+        stream, self._stream = self._stream, None
+        try:
+            async with asyncio.timeout(ABANDON_S):
+                if stream is not None:
+                    await stream.settle()
+                if self.job_stream is not None:
+                    await self.job_stream.settle()
+        except Exception:
+            log.info("job %s: its streams did not wind up", self.record.id, exc_info=True)
+        finally:
+            await self.thread_status.clear()
 
     async def _finish(self, result: RunResult) -> None:
         stream, self._stream = self._stream, None

@@ -28,8 +28,10 @@ from bot.agent.state import RunResult, RunState, StopReason
 from bot.agent.testing import FakeClock
 from bot.emulator.slack import BOT_ID, TEAM_ID, FakeSlack
 from bot.emulator.slack import Message as HeldMessage
+from bot.metrics import Metrics
 from bot.slack.answers import answer_messages, partial_answer
 from bot.slack.blockkit import unescape, validate
+from bot.slack.notifier import Reporter
 from bot.slack.progress import JobProgress, budget_sender
 from bot.slack.streaming import AnswerStream, Mode, Pacing, StatusSwitch, ThreadStatus
 from bot.slack.updates import UpdateBudget
@@ -656,3 +658,23 @@ async def test_a_reply_between_a_cut_answer_and_the_next_response_ends_the_cut_p
 
     held = answers(slack, job.progress.status_ts)
     assert [unescape(m.text) for m in held] == [first, answer]  # the person changed the subject
+
+
+async def test_an_abandoned_run_winds_up_its_stream_and_status(
+    slack: FakeSlack, client: AsyncWebClient, budget: UpdateBudget, clock: FakeClock
+) -> None:
+    """The store failed outside the loop (no ``RunEnd``): closing the reporter winds up
+    the stream it started and clears the assistant status, so no worker is left pending
+    (they were garbage-collected pending: "Task was destroyed but it is pending!")."""
+    job = Job(client, budget, clock)
+    await job.start()
+    await job.events(*response(1, PARAGRAPH * 3)[:-1])  # streaming, never ended
+    assert count(slack, "chat.startStream") == 1
+    workers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert any(not t.done() for t in workers)
+
+    await asyncio.wait_for(Reporter(job.progress, Metrics()).aclose(), WAIT_S)
+
+    assert count(slack, "chat.stopStream") == 1
+    pending = [t.get_name() for t in workers if not t.done()]
+    assert not [n for n in pending if n.startswith(("stream", "status"))], pending
