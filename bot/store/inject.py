@@ -63,11 +63,14 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from bot.agent.ports import Injected
-from bot.store.connection import translated
+from bot.store.connection import StoreUnavailable, translated
+from bot.store.failover import retried
 from bot.store.history import RedisHistory
 from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread
 
 log = logging.getLogger(__name__)
+
+FETCH_RETRY_S = 5.0  # how long a fetch is retried across a failover (a lease is 15 s)
 
 GROUP = "loop"  # the one consumer group of every inject stream
 # A dead consumer's entries are taken over after this (see the module docstring).
@@ -158,12 +161,22 @@ class InjectReader:
         """Unacked entries other consumers held at the last fetch."""
 
     async def fetch(self) -> Sequence[Injected]:
-        """Replies to append to the history, oldest first (see the module docstring)."""
-        async with translated("inject fetch"):
-            pipe = self._redis.pipeline(transaction=True)
-            plan = self.queue(pipe)
-            replies = list(await pipe.execute(raise_on_error=False))
-        return await self.take(plan, replies)
+        """Replies to append to the history, oldest first (see the module docstring).
+        Retried across a failover (``FETCH_RETRY_S``): a fetch whose reply was lost may
+        have delivered entries to this consumer, so the retry reads its pending ones."""
+
+        async def attempt() -> Sequence[Injected]:
+            try:
+                async with translated("inject fetch"):
+                    pipe = self._redis.pipeline(transaction=True)
+                    plan = self.queue(pipe)
+                    replies = list(await pipe.execute(raise_on_error=False))
+                return await self.take(plan, replies)
+            except StoreUnavailable:
+                self.reread_own()
+                raise
+
+        return await retried("inject fetch", attempt, budget_s=FETCH_RETRY_S)
 
     def reread_own(self) -> None:
         """A fetch whose reply was lost may have delivered entries to this consumer: the

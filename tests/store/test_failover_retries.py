@@ -21,6 +21,7 @@ from bot.store.approvals import ApprovalRecord, Approvals
 from bot.store.connection import StoreConflict, StoreUnavailable, connect
 from bot.store.failover import retried
 from bot.store.history import RedisHistory
+from bot.store.inject import InjectReader
 from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
 from bot.store.lease import Leases
@@ -201,3 +202,20 @@ async def test_a_step_rides_out_a_restart_and_its_retry_appends_nothing_twice(
     assert await client.llen(keys.history(thread)) == 2
     stored = await jobs.get(job.id)
     assert stored is not None and stored.progress.iterations == 2
+
+
+async def test_a_fetch_rides_out_a_restart_and_the_reply_is_taken_in_once(
+    fresh_server: ManagedRedis, client: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    receipts = Receipts(client, keys)
+    assert await receipts.append(thread, ts="1700000001.000100", text="also db-07", author="U1")
+    reader = InjectReader(client, keys, thread, consumer="proc-a", seen_ids=frozenset)
+
+    fresh_server.kill()
+    restart = asyncio.create_task(back_after(fresh_server, 0.3))
+    got = await reader.fetch()
+    await restart
+
+    assert [i.text for i in got] == ["also db-07"]
+    await reader.ack(got)
+    assert await reader.fetch() == []
