@@ -174,22 +174,8 @@ class _Run:
 
     def finish(self, step: Finish) -> RunResult:
         self.state.active_time_s = self.active()
-        state = self.state
-        result = RunResult(
-            stop_reason=step.reason,
-            output=step.output,
-            error=step.error,
-            iterations=state.iterations,
-            model_calls=state.model_calls,
-            tool_executions=state.tool_executions,
-            usage=state.usage,
-            tools_used=list(state.tools_used),
-            cost_usd=state.cost_usd,
-            unpriced_calls=state.unpriced_calls,
-            model=state.model,
-            switches=list(state.switches),
-            state=state,
-            approval=step.approval,
+        result = RunResult.of(
+            self.state, step.reason, output=step.output, error=step.error, approval=step.approval
         )
         self.emit(RunEnd(result))
         return result

@@ -115,6 +115,35 @@ class RunResult(BaseModel):
     state: RunState
     approval: PendingApproval | None = None
 
+    @classmethod
+    def of(
+        cls,
+        state: RunState,
+        reason: StopReason,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        approval: PendingApproval | None = None,
+    ) -> RunResult:
+        """The result of a run that stopped for ``reason`` with ``state`` (its counters
+        are the job's so far)."""
+        return cls(
+            stop_reason=reason,
+            output=output,
+            error=error,
+            iterations=state.iterations,
+            model_calls=state.model_calls,
+            tool_executions=state.tool_executions,
+            usage=state.usage,
+            tools_used=list(state.tools_used),
+            cost_usd=state.cost_usd,
+            unpriced_calls=state.unpriced_calls,
+            model=state.model,
+            switches=list(state.switches),
+            state=state,
+            approval=approval,
+        )
+
     @property
     def ok(self) -> bool:
         return self.stop_reason is StopReason.COMPLETED

@@ -38,22 +38,8 @@ ANSWERED = (StopReason.COMPLETED, StopReason.INCOMPLETE)
 
 def result_of(record: JobRecord) -> RunResult:
     """The run's result as the ended job's record keeps it."""
-    state = record.progress
-    return RunResult(
-        stop_reason=StopReason(record.stop_reason or StopReason.FAILED.value),
-        output=record.output,
-        error=record.error,
-        iterations=state.iterations,
-        model_calls=state.model_calls,
-        tool_executions=state.tool_executions,
-        usage=state.usage,
-        tools_used=list(state.tools_used),
-        cost_usd=state.cost_usd,
-        unpriced_calls=state.unpriced_calls,
-        model=state.model,
-        switches=list(state.switches),
-        state=state,
-    )
+    reason = StopReason(record.stop_reason or StopReason.FAILED.value)
+    return RunResult.of(record.progress, reason, output=record.output, error=record.error)
 
 
 def has_feedback_for(blocks: Sequence[Any], job_id: str) -> bool:
