@@ -51,12 +51,16 @@ class ManagedRedis:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self) -> ManagedRedis:
+    loglevel = "warning"
+
+    def server_args(self) -> list[str]:
+        """The ``redis-server`` command line (its data dir made): loopback, AOF with
+        ``fsync``, no RDB snapshots, logging to ``redis.log`` in the data dir."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise ConfigError(INSTALL_HINT)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [
+        return [
             binary,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
@@ -66,9 +70,12 @@ class ManagedRedis:
             "--save", "",
             "--protected-mode", "no",
             "--daemonize", "no",
-            "--loglevel", "warning",
+            "--loglevel", self.loglevel,
             "--logfile", str(self.data_dir / "redis.log"),
         ]  # fmt: skip
+
+    def start(self) -> ManagedRedis:
+        args = self.server_args()
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -144,26 +144,10 @@ class _Node(ManagedRedis):
         super().__init__(data_dir, port=port)
         self.extra = list(extra)
 
+    loglevel = "notice"  # role changes and failovers, in the node's redis.log
+
     def start(self) -> _Node:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise ConfigError(INSTALL_HINT)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [
-            binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.data_dir),
-            "--appendonly", "yes",
-            "--appendfsync", self.fsync,
-            "--save", "",
-            "--protected-mode", "no",
-            "--daemonize", "no",
-            "--loglevel", "notice",
-            "--logfile", str(self.data_dir / "redis.log"),
-            *self.extra,
-        ]  # fmt: skip
-        self._launch(args)
+        self._launch([*self.server_args(), *self.extra])
         return self
 
     def _launch(self, args: list[str]) -> None:

@@ -22,6 +22,7 @@ from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
 from bot.store.ledger import RedisLedger
 from bot.turns.controls import raise_limit, stop
+from tests.store.approval_kit import pending_approval
 
 NOW = 1_700_000_000.0
 HASH = "b" * 64
@@ -29,21 +30,17 @@ APPROVER, REQUESTER = "U0APPROV1", "U0REQUES1"
 
 
 def pending(thread: Thread, call_id: str = "call_1", **update: object) -> ApprovalRecord:
-    return ApprovalRecord(
-        job_id=thread.job_id(1),
-        call_id=call_id,
-        tool="restart_service",
-        category="mutating",
+    return pending_approval(
+        thread,
         args_hash=HASH,
+        call_id=call_id,
+        requested_at=NOW,
         arguments={"service": "nginx", "host": "web-03"},
         reason="nginx is wedged",
         dry_run_output="would restart nginx on web-03",
         requester=REQUESTER,
-        channel=thread.channel,
-        thread_ts=thread.thread_ts,
-        requested_at=NOW,
-        expires_at=NOW + 3600,
-    ).model_copy(update=update)
+        **update,
+    )
 
 
 async def outbox(redis: aioredis.Redis, keys: Keys, thread: Thread) -> list[dict[str, object]]:

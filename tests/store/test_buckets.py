@@ -24,6 +24,7 @@ from bot.store.keys import (
     job_bucket,
 )
 from bot.store.recent import RecentJobs
+from tests.store.approval_kit import pending_approval
 
 from .audit_kit import Clock, entry, stage
 
@@ -36,19 +37,14 @@ def threads(n: int) -> list[Thread]:
 
 
 def approval(thread: Thread, *, requested_at: float = NOW) -> ApprovalRecord:
-    return ApprovalRecord(
-        job_id=thread.job_id(1),
-        call_id="call_1",
-        tool="restart_service",
-        category="mutating",
+    return pending_approval(
+        thread,
         args_hash="a" * 64,
+        requested_at=requested_at,
+        ttl_s=60,
         arguments={"host": "web-03"},
         reason="wedged",
         requester="U0CAROL3",
-        channel=thread.channel,
-        thread_ts=thread.thread_ts,
-        requested_at=requested_at,
-        expires_at=requested_at + 60,
     )
 
 

@@ -24,6 +24,7 @@ from bot.store.keys import Keys, Thread
 from bot.store.ledger import RedisLedger
 from bot.store.receipt import Receipts
 from bot.store.replicas import NotReplicated, Replication
+from tests.store.approval_kit import pending_approval
 
 LIMITS = JobLimits(max_iterations=5, deadline_s=60, token_budget=10_000)
 NOW = 1_700_000_000.0
@@ -54,19 +55,7 @@ async def client(master: ManagedRedis, replica: ManagedReplica) -> AsyncIterator
 
 
 def pending(thread: Thread) -> ApprovalRecord:
-    return ApprovalRecord(
-        job_id=thread.job_id(1),
-        call_id="call_1",
-        tool="restart_service",
-        category="mutating",
-        args_hash=HASH,
-        arguments={"service": "nginx"},
-        requester="U0REQUES1",
-        channel=thread.channel,
-        thread_ts=thread.thread_ts,
-        requested_at=NOW,
-        expires_at=NOW + 3600,
-    )
+    return pending_approval(thread, args_hash=HASH, requested_at=NOW)
 
 
 async def test_with_the_replica_answering_every_acknowledged_write_goes_through(
