@@ -10,9 +10,14 @@ for at most ``RETRY_BUDGET_S`` — well inside Slack's 3 s for the acknowledgeme
   decision again by its ``now``, so the retry of a decision whose reply was lost is still
   the won one);
 - the ledger's ``started`` (a second run finds the entry it wrote, byte for byte, and
-  takes it as its own claim) and ``done`` (the same entry written twice).
+  takes it as its own claim) and ``done`` (the same entry written twice);
+- for up to ``RUN_RETRY_BUDGET_S`` (a running job holds its lease meanwhile): a job's
+  step (``JobSession.checkpoint``) and its ending (``Jobs.finish``), whose scripts know
+  their own write again (the record they write is unique to them), and the inject
+  fetch (the retry reads the consumer's pending entries first). Without these a
+  failover left the job for takeover from the step before, which could answer twice.
 
-Everything else fails at once as before: a run whose checkpoint cannot be written is
+Everything else fails at once as before: a run whose step still cannot be written is
 left for takeover exactly as after a crash (its lease runs out; any process resumes it
 from its last saved state), and an acknowledgement still refused after the budget is a
 503 that Slack redelivers, or a click told to try again. ``NotReplicated`` (too few
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RETRY_BUDGET_S = 1.5  # no attempt starts later than this after the first
+# A running job's writes, across a killed master's failover (its lease lives 15 s).
+RUN_RETRY_BUDGET_S = 5.0
 BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 

@@ -64,13 +64,12 @@ from redis.exceptions import ResponseError
 
 from bot.agent.ports import Injected
 from bot.store.connection import StoreUnavailable, translated
-from bot.store.failover import retried
+from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.history import RedisHistory
 from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread
 
 log = logging.getLogger(__name__)
 
-FETCH_RETRY_S = 5.0  # how long a fetch is retried across a failover (a lease is 15 s)
 
 GROUP = "loop"  # the one consumer group of every inject stream
 # A dead consumer's entries are taken over after this (see the module docstring).
@@ -162,7 +161,7 @@ class InjectReader:
 
     async def fetch(self) -> Sequence[Injected]:
         """Replies to append to the history, oldest first (see the module docstring).
-        Retried across a failover (``FETCH_RETRY_S``): a fetch whose reply was lost may
+        Retried across a failover (``RUN_RETRY_BUDGET_S``): a fetch whose reply was lost may
         have delivered entries to this consumer, so the retry reads its pending ones."""
 
         async def attempt() -> Sequence[Injected]:
@@ -176,7 +175,7 @@ class InjectReader:
                 self.reread_own()
                 raise
 
-        return await retried("inject fetch", attempt, budget_s=FETCH_RETRY_S)
+        return await retried("inject fetch", attempt, budget_s=RUN_RETRY_BUDGET_S)
 
     def reread_own(self) -> None:
         """A fetch whose reply was lost may have delivered entries to this consumer: the

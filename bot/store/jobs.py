@@ -44,14 +44,12 @@ from bot.errors import StoreError
 from bot.store.audit import OUTBOX_TTL_S, AuditEntry, staged_json
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import StoreConflict, translated
-from bot.store.failover import retried
+from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.keys import JOB_TTL_S, TRACE_TTL_S, Keys, Thread, bucket_of, job_bucket, thread_of
 from bot.store.staging import AuditNotify
 from bot.store.trace import MAX_TRACE_ENTRIES
 
 log = logging.getLogger(__name__)
-
-FINISH_RETRY_S = 5.0  # how long an ending is retried across a failover (a lease is 15 s)
 
 
 class JobStatus(StrEnum):
@@ -426,7 +424,7 @@ class Jobs:
 
         # A failover must not turn an answered job into a resumed one that answers again
         # (the answer is in the thread): the ending is retried, recognised as its own.
-        outcome = await retried("job finish", attempt, budget_s=FINISH_RETRY_S)
+        outcome = await retried("job finish", attempt, budget_s=RUN_RETRY_BUDGET_S)
         if isinstance(outcome, str) and outcome.startswith("replies:"):
             return None
         _raise_unless_ok(outcome, record)

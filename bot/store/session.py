@@ -23,15 +23,13 @@ from redis.exceptions import NoScriptError
 from bot.agent.ports import Injected
 from bot.agent.state import RunState
 from bot.store.connection import StoreConflict, StoreUnavailable, translated
-from bot.store.failover import retried
+from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.history import RedisHistory
 from bot.store.inject import InjectReader
 from bot.store.jobs import JobRecord
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, TRACE_TTL_S, Keys
 from bot.store.lease import Lease
 from bot.store.trace import MAX_TRACE_ENTRIES, TraceRecorder
-
-CHECKPOINT_RETRY_S = 5.0  # how long a step is retried across a failover (a lease is 15 s)
 
 # KEYS: job hash, history list, trace list.
 # ARGV: expected status, fence, data, job ttl, history ttl, trace ttl, max trace,
@@ -95,7 +93,7 @@ class JobSession:
         self._settle(step, await self._write(step))
 
     async def _write(self, step: _Step) -> object:
-        """The step's script, retried across a failover (``CHECKPOINT_RETRY_S``): the
+        """The step's script, retried across a failover (``RUN_RETRY_BUDGET_S``): the
         script knows its own step (the record it writes is unique to it), so a retry
         whose first reply was lost appends nothing twice. Without the retry a failover
         left the job for takeover from the step before, which asked the model again
@@ -106,7 +104,7 @@ class JobSession:
                 return await self._script(keys=step.keys, args=step.args)
 
         try:
-            return await retried("job checkpoint", attempt, budget_s=CHECKPOINT_RETRY_S)
+            return await retried("job checkpoint", attempt, budget_s=RUN_RETRY_BUDGET_S)
         except BaseException:
             self._put_back(step)
             raise
