@@ -1,20 +1,40 @@
 # The commands the README and CI use. `make test` and `make run` set up first.
 PYTHON ?= python3
 STAMP := .opsloop/setup.stamp
+# The installer of the lock (uv's `pip` interface), itself pinned: `make lock` writes
+# requirements.lock with it and `make setup` installs exactly that file.
+UV_VERSION := 0.13.9
+UV := $(PYTHON) -m uv
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench lock check-lock clean
 
-$(STAMP): pyproject.toml scripts/system-deps scripts/mcp-test-servers scripts/debian-kubectl
+$(STAMP): pyproject.toml requirements.lock scripts/system-deps scripts/mcp-test-servers scripts/debian-kubectl
 	scripts/system-deps
 	scripts/mcp-test-servers
 	scripts/debian-kubectl
-	$(PYTHON) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
+	$(PYTHON) -m pip install -q --root-user-action=ignore uv==$(UV_VERSION)
+	$(UV) pip install -q --python $(PYTHON) -r requirements.lock
+	$(UV) pip install -q --python $(PYTHON) --no-deps -e . --config-settings editable_mode=compat
+	$(PYTHON) scripts/check-lock requirements.lock
+	@# pyenv finds new console scripts (opsloop, ruff, ...) only after a rehash
+	@if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 	@mkdir -p $(dir $(STAMP)) && touch $(STAMP)
+
+# Refresh the lock to today's releases within pyproject.toml's bounds (run on purpose, then
+# `make test` and commit both). Every extra is locked: the tests, lint and benchmarks use them.
+lock:
+	$(PYTHON) -m pip install -q --root-user-action=ignore uv==$(UV_VERSION)
+	$(UV) pip compile pyproject.toml --all-extras --universal --python-version 3.11 \
+		--generate-hashes --upgrade --custom-compile-command 'make lock' -o requirements.lock
+
+# Whether what is installed is what the lock says (CI runs it after setup).
+check-lock:
+	$(PYTHON) scripts/check-lock requirements.lock
 
 setup: $(STAMP)
 
 run: setup
-	opsloop dev
+	$(PYTHON) -m bot dev
 
 test: setup
 	$(PYTHON) -m pytest
@@ -22,12 +42,11 @@ test: setup
 	OPSLOOP_TEST_REDIS=sentinel $(PYTHON) -m pytest -q tests/store
 
 lint: setup
-	ruff check bot tools tests benchmarks
-	ruff format --check bot tools tests benchmarks
-	mypy
+	$(PYTHON) -m ruff check bot tools tests benchmarks
+	$(PYTHON) -m ruff format --check bot tools tests benchmarks
+	$(PYTHON) -m mypy
 
 bench: setup
-	$(PYTHON) -m pip install -q -e '.[bench]' --config-settings editable_mode=compat
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/core_loop.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/llm_client.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/store.py

@@ -373,7 +373,7 @@ def _sentinel_master(
     options.pop("host", None)
     options.pop("port", None)
     socket = {k: v for k, v in common.items() if k.startswith("socket_")}
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]  # untyped in redis-py
+    sentinel = Sentinel(
         addresses,
         sentinel_kwargs={**socket, "ssl": tls, "retry": _no_retries()},
         **common,

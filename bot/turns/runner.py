@@ -439,7 +439,7 @@ class Turns:
             finally:
                 if pubsub is not None:
                     with contextlib.suppress(Exception):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped
+                        await pubsub.aclose()
 
     def _tools_of(self, record: JobRecord) -> list[Tool]:
         """The job's tools: the names saved in ``meta`` when it first ran, so a catalogue
