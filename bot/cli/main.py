@@ -127,7 +127,13 @@ def _add_tools_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     tools = sub.add_parser("tools", help="list, check and try tools")
     tools.add_argument("--file", help="tools.yml (default: $OPSLOOP_TOOLS)")
     actions = tools.add_subparsers(dest="action")
-    actions.add_parser("list", help="list the available tools")
+    listing = actions.add_parser("list", help="list the available tools")
+    listing.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON list: name, category, category_reason, parallel, timeout_s, source, "
+        "description",
+    )
     check = actions.add_parser("check", help="validate a tools.yml")
     check.add_argument("path")
     run = actions.add_parser("run", help="run one tool locally")

@@ -1,7 +1,10 @@
 """``opsloop tools``: list, check and try tools from the command line.
 
-    opsloop tools [list] [--file tools.yml]        name, category, parallel, source
-                                                   (an MCP tool's category says why)
+    opsloop tools [list] [--file tools.yml] [--json]
+                                                   name, category, parallel, timeout,
+                                                   source, description (an MCP tool's
+                                                   category says why); --json: one JSON
+                                                   list of them, the whole description
     opsloop tools check FILE                       validate a tools.yml (exit 2 if bad)
     opsloop tools run NAME key=value … [--file F] [--confirmed-by U…] [--yes]
                                                    [--unrecorded]
@@ -45,6 +48,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -106,7 +110,10 @@ async def _main(
     )
     try:
         if args.action in (None, "list"):
-            _list(console, catalog)
+            if getattr(args, "json", False):  # `opsloop tools` alone has no --json
+                _list_json(catalog)
+            else:
+                _list(console, catalog)
             return EXIT_OK
         return await _run(console, catalog, args, environ)
     finally:
@@ -129,10 +136,43 @@ def _list(console: Console, catalog: Catalog) -> None:
             catalog.sources.get(name, ""),
             tool.description.splitlines()[0] if tool.description else "",
         )
+    if not console.is_terminal:
+        # A pipe or a file has no width to fit, and rich would assume 80 columns, cutting
+        # every longer name to `prometheus_…`: the table's own width, one line a tool.
+        unbounded = console.options.update_width(_UNBOUNDED)
+        console.width = Measurement.get(console, unbounded, table).maximum
     console.print(table)
     for report in catalog.mcp_reports:
         if report.error is not None:
             console.print(Text.assemble(("warning: ", "yellow"), report.error))
+
+
+_UNBOUNDED = 100_000
+
+
+def _list_json(catalog: Catalog) -> None:
+    """``tools list --json``: one JSON list on stdout, a tool an object, by name; the hint
+    and MCP servers' warnings go to stderr so stdout stays one document."""
+    listed = []
+    for name in sorted(catalog.tools):
+        tool = catalog.tools[name]
+        listed.append(
+            {
+                "name": name,
+                "category": tool.category,
+                "category_reason": getattr(tool, "category_reason", None),
+                "parallel": tool.parallel,
+                "timeout_s": tool.timeout,
+                "source": catalog.sources.get(name, ""),
+                "description": tool.description or "",
+            }
+        )
+    print(json.dumps(listed, indent=2, ensure_ascii=False))
+    if not catalog.tools:
+        print("no tools: set OPSLOOP_TOOLS (a tools.yml) or OPSLOOP_PACKS", file=sys.stderr)
+    for report in catalog.mcp_reports:
+        if report.error is not None:
+            print(f"warning: {report.error}", file=sys.stderr)
 
 
 def parse_params(model: type[BaseModel], pairs: Sequence[str]) -> dict[str, Any]:

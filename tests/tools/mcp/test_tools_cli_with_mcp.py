@@ -41,6 +41,16 @@ def test_list_shows_category_and_why(tmp_path: Path, time_server: list[str]) -> 
     assert "mcp:time" in lines["time_get_current_time"]
 
 
+def test_list_json_says_why(tmp_path: Path, time_server: list[str]) -> None:
+    done = opsloop("tools", "--file", str(write(tmp_path, time_server)), "list", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = {tool["name"]: tool for tool in json.loads(done.stdout)}
+    assert listed["time_get_current_time"]["category"] == "read_only"
+    assert listed["time_get_current_time"]["category_reason"] == "annotation"
+    assert listed["time_convert_time"]["category_reason"] == "override"
+    assert listed["time_convert_time"]["source"] == "mcp:time"
+
+
 def test_check_and_run(tmp_path: Path, time_server: list[str]) -> None:
     path = write(tmp_path, time_server)
     done = opsloop("tools", "check", str(path))
