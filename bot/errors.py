@@ -7,7 +7,11 @@
     ├── StoreError             Redis (state, history, queues) failed
     │   ├── StoreUnavailable   bot/store/connection.py: Redis unreachable or too slow
     │   │   └── NotReplicated  bot/store/replicas.py: too few replicas confirmed a
-    │   │                      write in time (``OPSLOOP_REDIS_MIN_REPLICAS``)
+    │   │       │              write in time (``OPSLOOP_REDIS_MIN_REPLICAS``)
+    │   │       └── ClaimWithdrawn  bot/store/ledger.py: a ledger claim no replica
+    │   │                          confirmed, withdrawn: the call did not start
+    │   ├── NotClaimed         an approved call whose ledger claim could not be
+    │   │                      acknowledged while its card was valid: it is not run
     │   ├── StoreConflict      bot/store/connection.py: a write refused (stale fencing
     │   │                      token, a job status transition not allowed)
     │   └── HandedOver         not a failure: the run stopped at a step boundary for another
@@ -64,6 +68,12 @@ class RunError(OpsloopError):
 
 class StoreError(OpsloopError):
     """The durable store (Redis) failed."""
+
+
+class NotClaimed(StoreError):
+    """An approved call's ledger claim was never acknowledged (too few replicas) while
+    its card was valid, or the wait for it was stopped: the call did not start and is
+    not run; the core gives it a result that says why."""
 
 
 class HandedOver(StoreError):

@@ -7,7 +7,9 @@ see ``responses.py``) is refused at the first two steps, never run with ``{}``.
 Only ``read_only`` + ``parallel`` tools run concurrently (consecutive ones, under a
 semaphore); everything else runs alone, in call order. Results keep the call order.
 Every failure becomes an ``Error: …`` observation; nothing here raises into the loop
-except the store's own failures (memory, artifacts, ledger, confirm).
+except the store's own failures (memory, artifacts, ledger, confirm). A ledger that
+could not make its claim count (``NotClaimed``) means the call did not start: its
+result says it was not run, never "outcome unknown".
 An approved call's outcome (run, or answered by the ledger) carries its approver as
 ``confirmed_by``; the tool receives it, and the history writes it into the call's stored
 arguments in place of whatever the model put there (``memory.record_approver``).
@@ -50,7 +52,7 @@ from bot.agent.tools import (
     needs_confirm,
     runs_in_parallel,
 )
-from bot.errors import ToolError
+from bot.errors import NotClaimed, ToolError
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +331,12 @@ class CallRunner:
         ledger = self._config.ledger
         key = f"{self._config.job_id}:{call.id}"
         if ledger is not None:
-            prior = await ledger.begin(key, tool.name, digest)
+            try:
+                prior = await ledger.begin(key, tool.name, digest)
+            except NotClaimed as why:
+                # The claim was never acknowledged, so the call did not start: it is not
+                # run, and the model is told so (never "outcome unknown").
+                return self._refused(call, f"Error: not run: {why}", canonical, confirmed_by=who)
             if prior is not None:
                 if prior.state == "done" and prior.output is not None:
                     return self._refused(

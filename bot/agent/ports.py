@@ -162,7 +162,9 @@ class Ledger(Protocol):
     """Records mutating calls so that a crash never re-runs a write blindly."""
 
     async def begin(self, key: str, tool: str, args_hash: str) -> LedgerEntry | None:
-        """Record ``started``; return the earlier entry if the key was seen before."""
+        """Record ``started``; return the earlier entry if the key was seen before.
+        ``bot.errors.NotClaimed`` when the claim could not be made to count: the call
+        did not start and must not run (its result says why)."""
         ...
 
     async def finish(self, key: str, output: str) -> None: ...

@@ -4,7 +4,9 @@ Button values are never trusted: they only name an approval or a job, which ``Tu
 looks up and judges (``bot.turns.controls``: unknown, out of date, already decided,
 expired, stale), the clicker re-checked against the approver policy (``policy.py``);
 this module only renders the verdict. A click is answered after its decision is
-persisted (bolt's ``process_before_response``); Slack calls that follow (card edits,
+persisted (bolt's ``process_before_response``); a decision the replicas did not confirm
+in time (``OPSLOOP_REDIS_MIN_REPLICAS``) still changed the card, so its clicker is told
+it is recorded and not yet confirmed, never "nothing changed"; Slack calls that follow (card edits,
 ephemeral notes) run in the background, cards through the workspace's paced
 ``chat.update`` budget, ahead of progress updates. Cards are posted by
 ``bot.slack.notifier``; their edits (a decision, an expiry, a reminder) are made here.
@@ -42,6 +44,12 @@ log = logging.getLogger(__name__)
 
 _JOB_ID = re.compile(rf"^{JOB_ID}$")
 UNRECORDED = "the decision could not be recorded (storage unavailable); try again"
+UNCONFIRMED = (
+    "Your decision ({outcome}) is recorded and the card shows it, but Redis has not yet "
+    "confirmed it on a replica (OPSLOOP_REDIS_MIN_REPLICAS). {then}"
+)
+THEN_RUNS = "The call runs once its record is confirmed, while the card is valid."
+THEN_GOES_ON = "The job goes on without the call."
 ONLY_APPROVERS = "only an approver can raise the workspace's daily cap"
 
 
@@ -184,9 +192,14 @@ class Interactions:
             self._later(self._tell(body, f"Nothing changed: {UNRECORDED}."), "ephemeral")
             return
         match verdict:
-            case Accepted(record=decided):
+            case Accepted(record=decided, replicated=replicated):
                 self.edit_card(decided)
                 self.schedule(job_id)
+                if not replicated:
+                    # The card changed: never "nothing changed, try again" (issue 29 §4).
+                    then = THEN_RUNS if decided.status == "approved" else THEN_GOES_ON
+                    note = UNCONFIRMED.format(outcome=decided.status, then=then)
+                    self._later(self._tell(body, note), "ephemeral")
             case Refused(text=why):
                 self._later(self._tell(body, f"Nothing changed: {why}."), "ephemeral")
             case _:

@@ -17,7 +17,13 @@ card-ts write can never be lost to a concurrent decision. ``get`` merges the two
 
 ``decide`` is the atomic pending → decided transition: of any number of concurrent
 calls exactly one wins; the others get the record as it is (so the clicker can be told
-who was first). The workspace-wide expiry index (a ZSET of ``job_id|call_id``, sharded
+who was first). With ``OPSLOOP_REDIS_MIN_REPLICAS``, a decision no replica confirmed in
+time was still made — the record on the master is decided, its card owed its edit — so
+``decide`` returns it as won with ``replicated=False`` (and so for the decider's own
+click again) rather than raising as if nothing had changed; only a click that changed
+nothing raises ``NotReplicated``. Whatever the decision lets run waits for replicas
+itself (the ledger's claim: replication is in order, so a confirmed claim confirms the
+decision written before it). The workspace-wide expiry index (a ZSET of ``job_id|call_id``, sharded
 into buckets by thread, ``bot.store.keys``) is kept with separate commands, never in a
 script with thread keys (Redis Cluster slots): it is a hint that may hold stale members,
 which ``decide`` removes when it meets them.
@@ -55,7 +61,7 @@ from bot.store.buckets import due_in_buckets
 from bot.store.connection import translated
 from bot.store.failover import retried
 from bot.store.keys import BUCKETS, Keys, bucket_of, job_bucket, thread_of
-from bot.store.replicas import NONE, Replication, replicated
+from bot.store.replicas import NONE, NotReplicated, Replication, replicated_reply
 from bot.store.staging import AuditNotify, head_json
 
 log = logging.getLogger(__name__)
@@ -119,6 +125,9 @@ class DecideResult:
     won: bool
     record: ApprovalRecord
     refusal: str | None = None
+    # False: the decision stands on the master, but no replica confirmed it in time
+    # (OPSLOOP_REDIS_MIN_REPLICAS); a failover before they do could still lose it.
+    replicated: bool = True
 
 
 # KEYS[1] a ZSET of index members. ARGV: now, limit. Removes and returns the members due.
@@ -260,6 +269,16 @@ def _own(fields: dict[str, str], outcome: Outcome, by: str | None, at: str) -> b
         fields.get("status") == outcome
         and (fields.get("decided_by") or "") == (by or "")
         and fields.get("decided_at") == at
+    )
+
+
+def _mine(fields: dict[str, str], outcome: Outcome, by: str | None) -> bool:
+    """Whether a decided record is this decider's same decision (made by an earlier
+    click of theirs): their click again, which stands as that decision."""
+    return (
+        bool(by)
+        and fields.get("status") == outcome
+        and (fields.get("decided_by") or "") == (by or "")
     )
 
 
@@ -430,6 +449,9 @@ class Approvals:
         bucket = bucket_of(tag)
         at = repr(float(now))
 
+        # The last reply whose WAIT was refused: the script ran on the master all the same.
+        unconfirmed: list[tuple[list[str], NotReplicated]] = []
+
         async def attempt() -> list[str]:
             async with translated("approval decide"):
                 # The hints first (see the module docstring): a won decision always has one.
@@ -439,7 +461,7 @@ class Approvals:
                     )
                     pipe.zadd(self._keys.audit_pending_of(tag), {tag: now})
                     await pipe.execute()
-            reply: list[str] = await replicated(
+            reply, refused = await replicated_reply(
                 self._redis,
                 self._replication,
                 "approval decide",
@@ -455,12 +477,23 @@ class Approvals:
                     self._replication.touch,
                 ],
             )
-            return reply
+            if refused is not None:
+                unconfirmed.append(([str(r) for r in reply], refused))
+                raise refused  # asked again: during a failover the replicas reattach
+            return [str(r) for r in reply]
 
-        reply = await retried("approval decide", attempt)  # bot.store.failover
+        replicated = True
+        try:
+            reply = await retried("approval decide", attempt)  # bot.store.failover
+        except NotReplicated as exc:
+            if not unconfirmed or unconfirmed[-1][1] is not exc:
+                raise
+            reply, replicated = unconfirmed[-1][0], False
         verdict, fields = reply[0], _pairs(reply[1:])
         if verdict == "decided" and _own(fields, outcome, by, at):
             verdict = "won"  # a retry of this very decision, whose first reply was lost
+        if not replicated and not (verdict == "won" or _mine(fields, outcome, by)):
+            raise unconfirmed[-1][1]  # this click changed nothing: "try again" stands
         if verdict == "won":
             self._staged(tag)
         if verdict == "missing":
@@ -471,9 +504,11 @@ class Approvals:
             await self._unindex(job_id, call_id)
         match verdict:
             case "won":
-                return DecideResult(won=True, record=record)
+                return DecideResult(won=True, record=record, replicated=replicated)
             case "decided":
-                return DecideResult(won=False, record=record, refusal=refusal_text(record))
+                return DecideResult(
+                    won=False, record=record, refusal=refusal_text(record), replicated=replicated
+                )
             case "expired":
                 return DecideResult(won=False, record=record, refusal=REFUSED_EXPIRED)
             case "stale":

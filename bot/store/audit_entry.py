@@ -26,6 +26,7 @@ AuditKind = Literal[
     "write_started",
     "write_finished",
     "write_unknown",
+    "write_withdrawn",  # a claim no replica confirmed, taken back: the write never started
     "limit_raised",
     "job_stopped",
     "cli_run",
@@ -132,6 +133,7 @@ _LABELS: Mapping[str, str] = {
     "write_started": "Write started",
     "write_finished": "Write finished",
     "write_unknown": "Write outcome unknown",
+    "write_withdrawn": "Write not started (claim not replicated)",
     "limit_raised": "Limit raised",
     "job_stopped": "Job stopped",
     "cli_run": "CLI run",

@@ -21,7 +21,10 @@ Everything else fails at once as before: a run whose step still cannot be writte
 left for takeover exactly as after a crash (its lease runs out; any process resumes it
 from its last saved state), and an acknowledgement still refused after the budget is a
 503 that Slack redelivers, or a click told to try again. ``NotReplicated`` (too few
-replicas) is retried too: during a failover the new master's replicas reattach.
+replicas) is retried too: during a failover the new master's replicas reattach — except
+where the write stands regardless: a decision still refused after the budget is
+reported as made but not confirmed, and a ledger claim is withdrawn at its first refusal
+(``bot.store.ledger``; the run waits for the replicas in ``bot.turns.claims``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,17 @@ A key found ``started`` on a later run means the process died during the write: 
 core reports "outcome unknown" and never runs it again. A key found ``done`` returns the
 recorded output instead of running the write twice.
 
+With ``OPSLOOP_REDIS_MIN_REPLICAS`` a claim counts only once replicas confirm it
+(``bot.store.replicas``). One they did not confirm is withdrawn before ``begin`` raises
+(``ClaimWithdrawn``): a compare-and-set script turns exactly that claim — still the
+bytes this call wrote, not ``done`` — into ``withdrawn`` with its audit entry
+(``write_withdrawn``), so the tool did not start and no later run reads the entry as
+"started, outcome unknown" (DESIGN, "Approvals"). A ``withdrawn`` entry is claimed again
+by the next ``begin`` like a missing one (its ``write_started`` then has an id of its
+own, ``write_started:{key}:{at}``, which the chain does not dedupe away). The gap this
+leaves is a process dying between the refused WAIT and the withdrawal: its claim stays
+``started`` and is reported unknown, as any claim of a process that died.
+
 Key parsing: a job id is ``channel:thread_ts:jN`` (two colons, see ``keys.Thread``), so
 the call id is everything after the third colon. Call ids come from model providers and
 are not ours to constrain, so a call id containing a colon still parses correctly.
@@ -27,9 +38,17 @@ from bot.agent.ports import LedgerEntry
 from bot.errors import StoreError
 from bot.store.audit import ACTOR_BOT, OUTBOX_TTL_S, AuditEntry, AuditKind, bound_result
 from bot.store.connection import translated
-from bot.store.failover import retried
+from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.keys import Keys, thread_of
-from bot.store.replicas import NONE, Replication, replicated
+from bot.store.replicas import (
+    NONE,
+    NotReplicated,
+    Replication,
+    master_offset,
+    replicas_caught_up,
+    replicated,
+    replicated_reply,
+)
 from bot.store.staging import AuditNotify, head_json
 
 log = logging.getLogger(__name__)
@@ -44,16 +63,25 @@ class LedgerRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int = 1
-    state: Literal["started", "done"]
+    # withdrawn: claimed, no replica confirmed the claim, and taken back: never started
+    state: Literal["started", "done", "withdrawn"]
     tool: str | None = None
     args_hash: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    withdrawn_at: float | None = None
     output: str | None = None
     output_bytes: int | None = None  # the output's full size, when it was cut
 
     def entry(self) -> LedgerEntry:
+        if self.state == "withdrawn":  # ``_BEGIN`` claims over it: never handed out
+            raise StoreError("a withdrawn ledger entry is not an entry of a started call")
         return LedgerEntry(state=self.state, output=self.output)
+
+
+class ClaimWithdrawn(NotReplicated):
+    """No replica confirmed a ledger claim in time, and the claim was withdrawn: the call
+    did not start, and a later ``begin`` may claim it again."""
 
 
 MAX_AUDIT_RESULT = 2000  # a write's result, in the audit log
@@ -68,7 +96,8 @@ end
 """
 
 # KEYS: ledger hash, the thread's audit outbox, the call's approval. ARGV: key, entry,
-# ttl, audit head when claimed, audit head when found started, outbox ttl, actor.
+# ttl, audit head when claimed, audit head when found started, outbox ttl, audit head
+# when claimed over a withdrawn claim, actor.
 # Returns {created, entry}: the entry as it stands (the earlier one when not created).
 _BEGIN = (
     _ACTOR
@@ -76,11 +105,18 @@ _BEGIN = (
 local created = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local again = false
 if created == 0 and raw == ARGV[2] then
   created = 1  -- this very claim, sent again after its reply was lost (bot.store.failover)
+elseif created == 0 and cjson.decode(raw)['state'] == 'withdrawn' then
+  -- An earlier claim no replica confirmed, taken back: the call never started.
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  raw, created, again = ARGV[2], 1, true
 end
 local head = ''
-if created == 1 then
+if again then
+  head = ARGV[7]
+elseif created == 1 then
   head = ARGV[4]
 elseif cjson.decode(raw)['state'] == 'started' then
   head = ARGV[5]
@@ -100,6 +136,24 @@ _FINISH = (
     + """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('RPUSH', KEYS[2], ARGV[4] .. ',"actor":' .. cjson.encode(actor) .. '}')
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return 1
+"""
+)
+
+
+# KEYS: ledger hash, the thread's audit outbox, the call's approval. ARGV: key, the claim
+# as written, the withdrawn entry, the audit head, outbox ttl, actor. Withdraws only the
+# claim this call wrote (the same bytes: never a ``done``, never another run's claim).
+# Returns 1 if withdrawn, 0 if the claim was not there (lost with a master, or changed).
+_WITHDRAW = (
+    _ACTOR
+    + """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('RPUSH', KEYS[2], ARGV[4] .. ',"actor":' .. cjson.encode(actor) .. '}')
 redis.call('EXPIRE', KEYS[2], ARGV[5])
 return 1
@@ -184,48 +238,68 @@ class RedisLedger:
         self._actor = actor
         self._begin = redis.register_script(_BEGIN)
         self._finish = redis.register_script(_FINISH)
+        self._withdraw = redis.register_script(_WITHDRAW)
+
+    async def stream_offset(self, key: str) -> int:
+        """Where the replication stream of the master holding ``key``'s entry is now."""
+        return await master_offset(self._redis, self._keys.ledger(split_key(key)[0]))
+
+    async def replicas_caught_up(self, key: str, *, since: int) -> bool:
+        """Whether enough replicas (``replication``) of the master holding ``key``'s entry
+        have its stream up to ``since``: a claim now may be confirmed (no write)."""
+        hash_key = self._keys.ledger(split_key(key)[0])
+        return await replicas_caught_up(self._redis, self._replication, hash_key, since=since)
 
     async def begin(self, key: str, tool: str, args_hash: str) -> LedgerEntry | None:
         """Record ``started``; return the earlier entry if the key was seen before.
 
         The audit entry goes with the ledger's in one script: ``write_started`` when the
         key is claimed, ``write_unknown`` when it was found ``started`` (a write that
-        began and was never seen to end)."""
+        began and was never seen to end). A claim no replica confirmed is withdrawn and
+        ``ClaimWithdrawn`` raised: the call must not run (see the module docstring)."""
         job_id, call_id = split_key(key)
         hash_key = self._keys.ledger(job_id)
         now = self._now()
         record = LedgerRecord(state="started", tool=tool, args_hash=args_hash, started_at=now)
+        claim = record.model_dump_json(exclude_none=True)
         tag = thread_of(job_id).tag
         started = _write_entry("write_started", key, tool=tool, args_hash=args_hash, at=now)
+        again = started.model_copy(update={"id": f"{started.id}:{now!r}"})
         unknown = _write_entry(
             "write_unknown", key, tool=tool, args_hash=args_hash, at=now, outcome="unknown"
         )
-        await retried("ledger begin", lambda: self._hint(tag, now))
-        created, raw = await retried(  # the same claim twice is one claim (see _BEGIN)
-            "ledger begin",
-            lambda: replicated(
+        keys = [hash_key, self._keys.audit_outbox(tag), self._keys.approval(job_id, call_id)]
+
+        async def attempt() -> tuple[int, str, NotReplicated | None]:
+            (created, raw), refused = await replicated_reply(
                 self._redis,
                 self._replication,
                 "ledger begin",
                 self._begin,
-                keys=[
-                    hash_key,
-                    self._keys.audit_outbox(tag),
-                    self._keys.approval(job_id, call_id),
-                ],
+                keys=keys,
                 args=[
                     key,
-                    record.model_dump_json(exclude_none=True),
+                    claim,
                     LEDGER_TTL_S,
                     head_json(started, completed_with=("actor",)),
                     head_json(unknown, completed_with=("actor",)),
                     OUTBOX_TTL_S,
+                    head_json(again, completed_with=("actor",)),
                     self._actor or "",
                 ],
-            ),
-        )
-        if int(created) or _parse(key, str(raw)).state == "started":
+            )
+            if refused is not None and not int(created):
+                raise refused  # an entry found, unconfirmed: asked again (bot.store.failover)
+            return int(created), str(raw), refused
+
+        await retried("ledger begin", lambda: self._hint(tag, now))
+        # The same claim twice is one claim (see _BEGIN).
+        created, raw, refused = await retried("ledger begin", attempt)
+        if created or _parse(key, raw).state == "started":
             self._notify(tag)
+        if refused is not None:
+            await self._withdraw_claim(key, keys, record, claim, tag)
+            raise ClaimWithdrawn(f"{refused}; the claim was withdrawn: the call did not start")
         if int(created):
             return None
         prior = _parse(key, str(raw))
@@ -243,6 +317,45 @@ class RedisLedger:
             )
             return LedgerEntry(state="started")
         return prior.entry()
+
+    async def _withdraw_claim(
+        self, key: str, keys: list[str], record: LedgerRecord, claim: str, tag: str
+    ) -> None:
+        """Take back a claim no replica confirmed (``_WITHDRAW``). Retried across a
+        failover for as long as a running job's writes are: a claim the new master never
+        got needs nothing, one it got is withdrawn there. Failing that, the store's error is
+        raised and the claim may stand as ``started`` (reported unknown, as after a crash)."""
+        now = self._now()
+        withdrawn = record.model_copy(update={"state": "withdrawn", "withdrawn_at": now})
+        entry = _write_entry(
+            "write_withdrawn",
+            key,
+            tool=record.tool,
+            args_hash=record.args_hash,
+            at=now,
+            outcome="not_started",
+            detail={"started_at": record.started_at},
+        ).model_copy(update={"id": f"write_withdrawn:{key}:{record.started_at!r}"})
+
+        async def attempt() -> object:
+            async with translated("ledger withdraw"):
+                return await self._withdraw(
+                    keys=keys,
+                    args=[
+                        key,
+                        claim,
+                        withdrawn.model_dump_json(exclude_none=True),
+                        head_json(entry, completed_with=("actor",)),
+                        OUTBOX_TTL_S,
+                        self._actor or "",
+                    ],
+                )
+
+        await retried("ledger withdraw", lambda: self._hint(tag, now), budget_s=RUN_RETRY_BUDGET_S)
+        done = await retried("ledger withdraw", attempt, budget_s=RUN_RETRY_BUDGET_S)
+        if int(done):  # type: ignore[call-overload]
+            self._notify(tag)
+        log.warning("ledger %s: no replica confirmed the claim; withdrawn, not started", key)
 
     async def finish(self, key: str, output: str) -> None:
         """Record ``done`` with the (bounded) output, keeping what ``begin`` wrote; its

@@ -18,6 +18,12 @@ for), which puts the earlier write behind this connection's latest one.
 
 On a Redis Cluster the script and the WAIT cannot share a pipeline (``_cluster_wait``).
 
+A refusal is not always "nothing happened": the write is on the master all the same.
+``replicated_reply`` hands the caller the script's reply with the refusal, for the writers
+that must act on what they wrote (the ledger withdraws a claim no replica confirmed; a
+decision that did decide the card says so). ``replicas_caught_up`` (ROLE: no write, no
+WAIT) tells a writer waiting to try again when enough replicas have the master's stream.
+
 With N = 0 (the default) nothing changes: no WAIT, no touch. Replicas confirm receipt in
 memory, not on their disk (see the durability table in the README).
 """
@@ -78,22 +84,72 @@ async def replicated(
 ) -> Any:
     """Run ``script`` and, when replication is asked for, ``WAIT`` behind it on the same
     connection; the script's reply, or ``NotReplicated``."""
+    reply, refused = await replicated_reply(redis, replication, what, script, keys=keys, args=args)
+    if refused is not None:
+        raise refused
+    return reply
+
+
+async def replicated_reply(
+    redis: aioredis.Redis,
+    replication: Replication,
+    what: str,
+    script: AsyncScript,
+    *,
+    keys: Sequence[str],
+    args: Sequence[Any],
+) -> tuple[Any, NotReplicated | None]:
+    """``replicated`` that returns the refusal with the script's reply instead of raising
+    it: the script ran on the master either way, and some writers must act on what it
+    wrote (``bot.store.ledger`` withdraws its claim; ``bot.store.approvals`` reports a
+    decision it made). Transport failures still raise."""
     if not replication.asked:
         async with translated(what):
-            return await script(keys=list(keys), args=list(args))
+            return await script(keys=list(keys), args=list(args)), None
     if isinstance(redis, RedisCluster):
         async with translated(what):
             reply = await script(keys=list(keys), args=list(args))
             confirmed = await _cluster_wait(redis, keys[0], replication)
-        check(replication, what, confirmed)
-        return reply
+        return reply, refusal(replication, what, confirmed)
     async with translated(what):
         async with redis.pipeline(transaction=False) as pipe:
             await script(keys=list(keys), args=list(args), client=pipe)
             pipe.execute_command("WAIT", replication.min_replicas, replication.timeout_ms)
             reply, confirmed = await pipe.execute()
-    check(replication, what, confirmed)
-    return reply
+    return reply, refusal(replication, what, confirmed)
+
+
+async def master_offset(redis: aioredis.Redis, key: str) -> int:
+    """The replication offset of the master serving ``key`` now (ROLE: no write)."""
+    role = await _role(redis, key)
+    return int(role[1])
+
+
+async def replicas_caught_up(
+    redis: aioredis.Redis, replication: Replication, key: str, *, since: int
+) -> bool:
+    """Whether at least ``min_replicas`` replicas of the master serving ``key`` are online
+    and have confirmed its stream up to offset ``since`` (ROLE: no write, no WAIT). A
+    frozen or missing replica says no; one that reattached says yes once it has synced.
+    Replicas confirm about once a second, so this lags the truth by up to that."""
+    role = await _role(redis, key)
+    acked = [int(r[2]) for r in role[2] if len(r) >= 3]
+    return sum(off >= since for off in acked) >= replication.min_replicas
+
+
+async def _role(redis: aioredis.Redis, key: str) -> list[Any]:
+    """ROLE of the master serving ``key`` (on a cluster: its slot's master)."""
+    async with translated("replicas"):
+        if isinstance(redis, RedisCluster):
+            node = redis.get_node_from_key(key, replica=False)
+            if node is None:
+                raise RedisConnectionError(f"no master serves the slot of {key!r} now")
+            role = await redis.execute_command("ROLE", target_nodes=node)
+        else:
+            role = await redis.role()
+    if not isinstance(role, list) or not role or str(role[0]) != "master":
+        raise StoreUnavailable(f"replicas: the server for {key!r} is not a master now")
+    return role
 
 
 async def _cluster_wait(redis: RedisCluster, key: str, replication: Replication) -> object:
@@ -129,9 +185,17 @@ async def _cluster_wait(redis: RedisCluster, key: str, replication: Replication)
 
 def check(replication: Replication, what: str, confirmed: object) -> None:
     """Raise ``NotReplicated`` unless ``confirmed`` (WAIT's reply) is enough."""
+    refused = refusal(replication, what, confirmed)
+    if refused is not None:
+        raise refused
+
+
+def refusal(replication: Replication, what: str, confirmed: object) -> NotReplicated | None:
+    """``NotReplicated`` if ``confirmed`` (WAIT's reply) is not enough, else ``None``."""
     got = int(confirmed)  # type: ignore[call-overload]
-    if got < replication.min_replicas:
-        raise NotReplicated(
-            f"{what}: {got} of {replication.min_replicas} replicas confirmed the write "
-            f"within {replication.timeout_ms} ms (OPSLOOP_REDIS_MIN_REPLICAS); not acknowledged"
-        )
+    if got >= replication.min_replicas:
+        return None
+    return NotReplicated(
+        f"{what}: {got} of {replication.min_replicas} replicas confirmed the write "
+        f"within {replication.timeout_ms} ms (OPSLOOP_REDIS_MIN_REPLICAS); not acknowledged"
+    )

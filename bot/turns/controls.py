@@ -5,7 +5,9 @@ process's stores. A click only names an approval or a job; everything is looked 
 judged here, and the caller (the Slack edge) only renders the verdict:
 
 - ``decide``: an ``Accepted`` decision (this click won the atomic pending → decided
-  transition, see ``bot.store.approvals``), or ``Refused`` with its reason: the card is
+  transition, see ``bot.store.approvals``; ``replicated`` False when no replica confirmed
+  it in time — it stands all the same, and the job is resumed as for any decision), or
+  ``Refused`` with its reason: the card is
   unknown, out of date (another message of the same approval), already decided,
   expired, no longer matching the job's pending call (stale), or the clicker may not
   decide it (the edge's approver policy, asked last through ``authorize``).
@@ -51,10 +53,13 @@ ALREADY_DECIDED = "this approval was already decided"
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """The click decided the approval; ``record`` is the decided approval."""
+    """The click decided the approval; ``record`` is the decided approval.
+    ``replicated``: whether replicas confirmed it (OPSLOOP_REDIS_MIN_REPLICAS); when not,
+    the card still changed and the clicker is told so, never "nothing changed"."""
 
     record: ApprovalRecord
     kind: Literal["accepted"] = "accepted"
+    replicated: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +152,7 @@ async def decide(
         )
         return Refused(reason, result.refusal or ALREADY_DECIDED)
     await _look_soon(jobs, job_id)
-    return Accepted(result.record)
+    return Accepted(result.record, replicated=result.replicated)
 
 
 DECIDED_LOOK_S = LEASE_TTL_MS / 1000 + 1.0
@@ -184,7 +189,7 @@ async def _own_click_again(
         return Refused("unknown", UNKNOWN_CARD)
     if result.record.status != approval.status or result.record.decided_by != approval.decided_by:
         return Refused("decided", refusal_text(result.record))
-    return Accepted(result.record)
+    return Accepted(result.record, replicated=result.replicated)
 
 
 async def stop(approvals: Approvals, jobs: Jobs, job_id: str, by: str) -> StopOutcome:

@@ -74,6 +74,7 @@ def render(
         [
             _write(key, entry, by_call)
             for key, entry in sorted(writes.items(), key=lambda kv: kv[1].started_at or 0.0)
+            if entry.state != "withdrawn"  # claimed, never confirmed, taken back: not run
         ],
         none="none",
     )

@@ -20,6 +20,10 @@ awaiting approval) at once, and otherwise sets the job's cancel flag (read with 
 checkpoint) and publishes it, so the process running the job cancels its token
 (``listen_for_stops``). Continue: ``raise_limit`` records the raise and makes the job
 runnable again (same job, same history).
+
+The ledger a run gives the core is ``bot.turns.claims.PatientLedger``: a write's claim no
+replica confirmed (``OPSLOOP_REDIS_MIN_REPLICAS``) is withdrawn and, while the card is
+valid, claimed again once the replicas catch up, instead of the run dying.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ from bot.store.session import JobSession
 from bot.store.trace import FeedbackEntry, TraceRecorder, append_if_traced
 from bot.turns import controls
 from bot.turns.audit import AuditPublisher
+from bot.turns.claims import PatientLedger
 from bot.turns.context import ThreadContext, context_first
 from bot.turns.controls import Authorize, StopOutcome, Verdict, stopped_by
 from bot.turns.facts import job_facts
@@ -251,7 +256,7 @@ class Turns:
         lease, record = taken.lease, taken.record
         if lease is None:
             return None
-        async with LeaseKeeper(self.leases, lease):
+        async with LeaseKeeper(self.leases, lease) as keeper:
             if record is None or record.status.final:  # a retried take finds anything
                 return None
             if taken.cancel_by is not None:
@@ -286,7 +291,7 @@ class Turns:
             )
             try:
                 result, follow = await self._run(
-                    record, lease.fence, lease, decision, token, history, reporter
+                    record, lease.fence, lease, decision, token, history, reporter, keeper.lost
                 )
             except HandedOver:
                 handed_over = True
@@ -459,9 +464,12 @@ class Turns:
         token: CancelToken,
         history: RedisHistory,
         reporter: JobSink | None,
+        lost: asyncio.Event,
     ) -> tuple[RunResult, str | None]:
         try:
-            return await self._run_with(record, fence, lease, decision, token, history, reporter)
+            return await self._run_with(
+                record, fence, lease, decision, token, history, reporter, lost
+            )
         finally:
             if self.running.get(record.id) is token:
                 del self.running[record.id]
@@ -475,7 +483,9 @@ class Turns:
         token: CancelToken,
         history: RedisHistory,
         reporter: JobSink | None,
+        lost: asyncio.Event,
     ) -> tuple[RunResult, str | None]:
+        """``lost``: set when the lease is (``LeaseKeeper``)."""
         thread = record.thread
         await history.history()  # read with the lease (``preload``): no round trip
         record = await self._report_unknown_outcomes(record)
@@ -563,7 +573,14 @@ class Turns:
             on_checkpoint_and_fetch=lambda state: session.checkpoint_and_fetch(state, inject),
             on_flush_and_ack=lambda items: inject.ack(items, history),
             artifacts=RedisArtifacts(self.redis, self.keys),
-            ledger=self.ledger,
+            # A claim no replica confirmed waits for them while its card is valid
+            # (``bot.turns.claims``), instead of ending the run with the call unstarted.
+            ledger=PatientLedger(
+                self.ledger,
+                self.approvals,
+                cancel=token,
+                hand_over=lambda: self.draining or lost.is_set(),
+            ),
             confirm=confirm,
             cancel=token,
             hand_over=lambda: self.draining,

@@ -2,9 +2,12 @@
 
 A real master with a real replica (``redis-server --replicaof``). With the replica
 answering, receipts, decisions and ledger entries go through; with it frozen (SIGSTOP:
-connected, but acknowledging nothing), each raises ``NotReplicated`` after the wait, so
-the caller refuses its acknowledgement; and a repeated delivery, once the replica is
-back, is acknowledged only after the first delivery's write is replicated.
+connected, but acknowledging nothing), a receipt raises ``NotReplicated`` after the wait,
+so the caller refuses its acknowledgement; a ledger claim is withdrawn and refused
+(``ClaimWithdrawn``: the call did not start); a decision, which did decide the card, is
+returned as won but not replicated (``tests/store/test_unreplicated_claims.py`` has the
+rest); and a repeated delivery, once the replica is back, is acknowledged only after the
+first delivery's write is replicated.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from bot.store.approvals import ApprovalRecord, Approvals
 from bot.store.connection import StoreUnavailable, connect
 from bot.store.jobs import JobLimits
 from bot.store.keys import Keys, Thread
-from bot.store.ledger import RedisLedger
+from bot.store.ledger import ClaimWithdrawn, RedisLedger
 from bot.store.receipt import Receipts
 from bot.store.replicas import NotReplicated, Replication
 from tests.store.approval_kit import pending_approval
@@ -94,19 +97,20 @@ async def test_with_the_replica_frozen_nothing_is_acknowledged(
             await receipts.receive(
                 thread, ts="1700000001.000100", user="U1", text="hi", limits=LIMITS
             )
-        with pytest.raises(NotReplicated):
-            await approvals.decide(
-                thread.job_id(1),
-                "call_1",
-                outcome="approved",
-                by="U0APPROV1",
-                args_hash=HASH,
-                now=NOW,
-            )
-        with pytest.raises(NotReplicated):
+        decided = await approvals.decide(
+            thread.job_id(1),
+            "call_1",
+            outcome="approved",
+            by="U0APPROV1",
+            args_hash=HASH,
+            now=NOW,
+        )
+        with pytest.raises(ClaimWithdrawn):
             await ledger.begin(f"{thread.job_id(1)}:call_1", "restart_service", HASH)
     finally:
         replica.thaw()
+    # The decision was made all the same: reported as such, not as "nothing changed".
+    assert decided is not None and decided.won and not decided.replicated
     # A refusal is a StoreUnavailable: the ack path answers 503, a click "try again".
     assert issubclass(NotReplicated, StoreUnavailable)
 
@@ -129,26 +133,26 @@ async def test_a_repeated_delivery_is_acknowledged_only_once_the_first_write_is_
             await receipts.receive(
                 thread, ts="1700000001.000100", user="U1", text="hi", limits=LIMITS
             )
-        with pytest.raises(NotReplicated):
-            await approvals.decide(
-                thread.job_id(1),
-                "call_1",
-                outcome="approved",
-                by="U0APPROV1",
-                args_hash=HASH,
-                now=NOW,
-            )
-        with pytest.raises(NotReplicated):  # the second click finds it decided: not yet
-            await approvals.decide(
-                thread.job_id(1),
-                "call_1",
-                outcome="approved",
-                by="U0APPROV1",
-                args_hash=HASH,
-                now=NOW,
-            )
+        first = await approvals.decide(
+            thread.job_id(1),
+            "call_1",
+            outcome="approved",
+            by="U0APPROV1",
+            args_hash=HASH,
+            now=NOW,
+        )
+        second = await approvals.decide(  # the second click finds it decided: not yet confirmed
+            thread.job_id(1),
+            "call_1",
+            outcome="approved",
+            by="U0APPROV1",
+            args_hash=HASH,
+            now=NOW,
+        )
     finally:
         replica.thaw()
+    assert first is not None and first.won and not first.replicated
+    assert second is not None and not second.replicated
     await replica.linked()  # Slack retries after a second or more
 
     again = await receipts.receive(
@@ -162,6 +166,7 @@ async def test_a_repeated_delivery_is_acknowledged_only_once_the_first_write_is_
     )
     assert again.outcome == "duplicate"
     assert clicked is not None and clicked.won and clicked.record.status == "approved"
+    assert clicked.replicated
     assert other is not None and not other.won
 
 
