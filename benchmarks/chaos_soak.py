@@ -105,7 +105,8 @@ async def drive(args: argparse.Namespace) -> int:
         f"chaos soak on a {args.topology} ({args.bots} bots, {args.jobs} jobs at "
         f"{args.rate:g}/s, MIN_REPLICAS=1)"
     )
-    print("\n".join(report.lines()))
+    # With problems: the bots' last log lines too (and what stopped the soak, if anything).
+    print(report.text() if not report.ok else "\n".join(report.lines()))
     print("ok" if report.ok else "PROBLEMS")
     return 0 if report.ok else 1
 

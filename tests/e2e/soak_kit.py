@@ -12,15 +12,27 @@ harness. Mentions arrive at a steady rate, each a new thread of one of three kin
 
 Meanwhile the chaos (``Chaos``): bot processes SIGKILLed and started again, master
 failovers (cluster or sentinel), bursts of model 5xx, bursts of Slack 429. Slack's own
-behaviour is imitated: a mention or reply not acknowledged (a 5xx) is delivered again
-with the same event id; a click told to try again is clicked again.
+behaviour is imitated: the people's messages are in the fake's threads before their events
+are sent (so a process delivering the ending another one owed can read the thread); a
+mention or reply not acknowledged (a 5xx) is delivered again with the same event id; a
+click told to try again is clicked again. A write job whose model call fails before it asks
+for approval ends with no card to click: that is a failed ending, not a lost card.
 
 At the end, checked from Slack's side, the tools' side and the model's side (``Report``):
 every mention answered exactly once (or ended with a clear failure status, counted), every
 approved write run exactly once with the clicker as ``confirmed_by``, every reply in the
-model's conversation exactly once, no job left non-terminal, no tool process left.
+model's conversation exactly once, no job left non-terminal or still owing its thread its
+answer and ending (``Jobs.finish``'s ``owed``; the soak settles only once none is owed,
+since a killed process's ending is delivered by another's scanner after its lease
+expires), no tool process left.
 ``benchmarks/chaos_soak.py`` runs a few minutes of it; ``tests/e2e/test_chaos_soak.py`` a
 short form.
+
+The soak always ends with its report, pass or fail: a soak that breaks on its own (a bot
+that does not start, a failover that does not finish, its time budget spent) is a problem
+in it, the checks still count what happened, and ``Report.text()`` holds the counts, the
+problems and the last lines of every bot process's log — one self-contained failure
+message.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import json
 import random
 import re
 import time
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,8 +52,9 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from bot.emulator.scripted import Fault, Reply, ScriptedCall, ScriptedRequest
-from bot.emulator.slack import FakeSlack, Message
+from bot.emulator.slack import BOT_USER_ID, FakeSlack, Message
 from bot.store.keys import Keys, Thread
+from bot.turns.scanner import MAX_DELIVERIES
 
 from .approvals_kit import cards, runs, tool_processes, tools_yml
 from .harness import (
@@ -51,6 +65,7 @@ from .harness import (
     mention,
     new_event_id,
     reply,
+    seed,
 )
 
 CHANNEL = "CSOAK"
@@ -63,6 +78,8 @@ FINAL = frozenset(
 )
 _REQUEST = re.compile(r"soak (\d+) (read|write|reply)")
 DELIVERY_TRIES = 12  # Slack redelivers a few times; the soak keeps trying a little longer
+LOG_TAIL_LINES = 40  # of each bot's stdout and stderr, in the report's text
+CHECK_TIMEOUT_S = 30.0  # the checks read a few keys per thread
 
 
 @dataclass
@@ -99,6 +116,7 @@ class Report:
     replies_once: int = 0
     replies_lost_or_doubled: int = 0
     non_terminal: int = 0
+    endings_owed: int = 0  # ended, its answer and ending never shown
     orphans: int = 0
     kills: int = 0
     failovers: int = 0
@@ -108,11 +126,28 @@ class Report:
     reclicks: int = 0
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)  # the jobs' endings, counted
+    not_completed: list[str] = field(default_factory=list)  # "job N (kind) status"
+    broke: str = field(default="", repr=False)  # the traceback of what stopped the soak
+    logs: dict[str, str] = field(default_factory=dict, repr=False)  # bot → its output's tail
 
     def lines(self) -> list[str]:
-        skip = {"problems"}
+        skip = {"problems", "statuses", "not_completed", "broke", "logs"}
         rows = [f"{k:>24} {v}" for k, v in vars(self).items() if k not in skip]
+        endings = ", ".join(f"{s} {n}" for s, n in sorted(self.statuses.items()))
+        rows.append(f"{'endings':>24} {endings or '-'}")
+        rows += [f"{'not completed':>24} {job}" for job in self.not_completed]
         return rows + [f"{'problem':>24} {p}" for p in self.problems]
+
+    def text(self) -> str:
+        """The counts, the problems, what stopped the soak and every bot's last log
+        lines: a failure message that needs nothing else."""
+        parts = ["chaos soak report:", *self.lines()]
+        if self.broke:
+            parts += ["----- the soak stopped -----", self.broke.rstrip()]
+        for name, tail in self.logs.items():
+            parts += [f"----- {name} -----", tail.rstrip()]
+        return "\n".join(parts)
 
     @property
     def ok(self) -> bool:
@@ -209,6 +244,7 @@ class Soak:
         chaos: Chaos,
         settle_s: float,
         seed: int,
+        budget_s: float | None = None,
     ) -> None:
         self.slack = slack
         self.model = model
@@ -220,9 +256,12 @@ class Soak:
         self.rate = rate
         self.chaos = chaos
         self.settle_s = settle_s
+        self.budget_s = budget_s  # the bots' start, the jobs and the settling, at most
+        self.phase = "not started"
         self.random = random.Random(seed)
         self.policy = _Model()
-        self.bots: list[BotProcess] = []
+        self.bots: list[BotProcess] = []  # started (answered /healthz), the soak's to use
+        self.procs: list[BotProcess] = []  # every process spawned, to stop and report on
         self.threads: list[_Thread] = []
         self.report = Report()
         self.tools, self.log = soak_tools(folder)
@@ -241,7 +280,9 @@ class Soak:
 
     async def _start_bot(self) -> BotProcess:
         proc = BotProcess(self._bot_env(), self.folder / "bots")
+        self.procs.append(proc)  # stopped at the end even if its start is cut short
         await proc.start()
+        self.bots.append(proc)
         return proc
 
     def _live(self) -> list[BotProcess]:
@@ -267,6 +308,7 @@ class Soak:
         event = mention(CHANNEL, REQUESTER, f"soak {n} {kind}: look into it")
         thread = _Thread(n, kind, event["ts"])
         self.threads.append(thread)
+        seed(self.slack, event)  # Slack holds the message it sends the event for
         event_id = new_event_id()
         await self._deliver(lambda: event_body(event, event_id=event_id))
         if kind == "reply":
@@ -281,6 +323,7 @@ class Soak:
         event = reply(
             CHANNEL, REQUESTER, f"correction {thread.n}: it is host{thread.n}b", thread_ts=thread.ts
         )
+        seed(self.slack, event)
         event_id = new_event_id()
         await self._deliver(lambda: event_body(event, event_id=event_id))
         thread.replied = True
@@ -288,25 +331,44 @@ class Soak:
     async def _approve(self, thread: _Thread) -> None:
         """Click Approve (on a random process), again every few seconds like an impatient
         approver (a click told to try again, or lost with its process), until the card
-        says it was approved."""
+        says it was approved — or until the job has ended without ever asking (its model
+        call failed through a burst of 5xx: counted by the checks as a failed ending)."""
         deadline = time.monotonic() + 120
         next_click = 0.0
+        next_look = 0.0
         card_ts: str | None = None
-        while time.monotonic() < deadline:
-            if card_ts is None:
-                found = cards(self.slack, CHANNEL, thread.ts)
-                card_ts = found[0].ts if found else None
-            if card_ts is not None:
-                card = self.slack.message(CHANNEL, card_ts)  # as edited since
-                if "Approved by" in card.text:
-                    thread.clicked = True
-                    return
-                if time.monotonic() >= next_click:
-                    if next_click:
-                        self.report.reclicks += 1
-                    await self._click(card)
-                    next_click = time.monotonic() + 3.0
-            await asyncio.sleep(0.25)
+        client = self.target.client()
+        try:
+            while time.monotonic() < deadline:
+                if card_ts is None:
+                    found = cards(self.slack, CHANNEL, thread.ts)
+                    card_ts = found[0].ts if found else None
+                if card_ts is None and time.monotonic() >= next_look:
+                    # A job pauses (not ends) for its card, which it posts before anyone
+                    # can resume it: ended with no card means it never asked.
+                    next_look = time.monotonic() + 1.0
+                    status = "unknown"  # through a failover: looked at again in a second
+                    with contextlib.suppress(Exception):
+                        status = await self._status(client, thread)
+                    if status in FINAL and not cards(self.slack, CHANNEL, thread.ts):
+                        if status == "completed":
+                            self.report.problems.append(
+                                f"job {thread.n}: completed without an approval card"
+                            )
+                        return
+                if card_ts is not None:
+                    card = self.slack.message(CHANNEL, card_ts)  # as edited since
+                    if "Approved by" in card.text:
+                        thread.clicked = True
+                        return
+                    if time.monotonic() >= next_click:
+                        if next_click:
+                            self.report.reclicks += 1
+                        await self._click(card)
+                        next_click = time.monotonic() + 3.0
+                await asyncio.sleep(0.25)
+        finally:
+            await client.aclose()
         self.report.problems.append(f"job {thread.n}: its card was never decided")
 
     async def _click(self, card: Message) -> None:
@@ -342,7 +404,7 @@ class Soak:
                 await victim.kill()
                 self.report.kills += 1
                 await asyncio.sleep(1.0)
-                self.bots.append(await self._start_bot())
+                await self._start_bot()
         elif kind == "failover" and self.target.failover is not None:
             await self.target.failover()
             self.report.failovers += 1
@@ -355,57 +417,119 @@ class Soak:
 
     # -- the run ------------------------------------------------------------------
     async def run(self) -> Report:
+        """The soak, then its checks; always returns the report (see the module's doc)."""
         began = time.monotonic()
         self.model.policy = self.policy  # type: ignore[assignment]
-        self.bots = [await self._start_bot() for _ in range(self.n_bots)]
+        tasks: list[asyncio.Task[None]] = []
+        budget = asyncio.timeout(self.budget_s)
         try:
-            span = self.n_jobs / self.rate
-            chaos = asyncio.create_task(self._chaos(span))
-            jobs = []
-            for n in range(1, self.n_jobs + 1):
-                jobs.append(asyncio.create_task(self._one_job(n)))
-                await asyncio.sleep(1 / self.rate)
-            await chaos
-            await asyncio.wait_for(asyncio.gather(*jobs), timeout=self.settle_s + 120)
-            await self._settle()
-            await self._check()
+            try:
+                async with budget:
+                    await self._drive(tasks)
+            except Exception as exc:  # the report says what broke, and the checks still count
+                spent = f"its budget of {self.budget_s:g} s ran out" if budget.expired() else None
+                self._broke(exc, f"while {self.phase}", spent)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.phase = "checking"
+            try:
+                async with asyncio.timeout(CHECK_TIMEOUT_S):
+                    await self._check()
+            except Exception as exc:
+                self._broke(exc, "while checking")
         finally:
-            for bot in self.bots:
+            for bot in self.procs:
                 await bot.stop()
+            self.report.logs = {bot.name: _tail(bot) for bot in self.procs}
         self.report.model_5xx = self.policy.failed
         self.report.seconds = round(time.monotonic() - began, 1)
         return self.report
 
-    async def _statuses(self) -> dict[int, str]:
+    def _broke(self, exc: BaseException, when: str, what: str | None = None) -> None:
+        what = what or f"{type(exc).__name__}: {exc}"
+        self.report.problems.append(f"the soak stopped {when}: {what}")
+        self.report.broke += "".join(traceback.format_exception(exc))
+
+    async def _drive(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Start the bots, send the jobs while the chaos happens, wait for them to settle."""
+        self.phase = "starting the bots"
+        for _ in range(self.n_bots):
+            await self._start_bot()
+        self.phase = "sending the jobs"
+        span = self.n_jobs / self.rate
+        chaos = asyncio.create_task(self._chaos(span))
+        tasks.append(chaos)
+        jobs = []
+        for n in range(1, self.n_jobs + 1):
+            jobs.append(asyncio.create_task(self._one_job(n)))
+            tasks.append(jobs[-1])
+            await asyncio.sleep(1 / self.rate)
+        self.phase = "breaking things"
+        await chaos
+        self.phase = "waiting for the jobs' replies and clicks"
+        await asyncio.wait_for(asyncio.gather(*jobs), timeout=self.settle_s + 120)
+        self.phase = "waiting for the jobs to end"
+        await self._settle()
+
+    @staticmethod
+    async def _status(client: aioredis.Redis, thread: _Thread) -> str:
+        """The status of the thread's latest job ("none" before it has one)."""
+        return (await Soak._state(client, thread))[0]
+
+    @staticmethod
+    async def _state(client: aioredis.Redis, thread: _Thread) -> tuple[str, int | None]:
+        """The status of the thread's latest job, and, while its answer and ending are
+        owed to the thread (ended, not shown yet), how many times other processes tried
+        to deliver them (None: nothing owed)."""
+        keys = Keys()
+        current = await client.get(keys.current_job(Thread(CHANNEL, thread.ts)))
+        if not current:
+            return "none", None
+        status, owed = await client.hmget(keys.job(str(current)), ["status", "owed"])
+        return str(status or "none"), None if owed is None else int(owed)
+
+    async def _states(self) -> dict[int, tuple[str, int | None]]:
         client = self.target.client()
-        found: dict[int, str] = {}
         try:
-            keys = Keys()
-            for thread in self.threads:
-                current = await client.get(keys.current_job(Thread(CHANNEL, thread.ts)))
-                status = await client.hget(keys.job(str(current)), "status") if current else None
-                found[thread.n] = str(status or "none")
+            return {thread.n: await self._state(client, thread) for thread in self.threads}
         finally:
             await client.aclose()
-        return found
 
     async def _settle(self) -> None:
+        """Until every job has ended and shown its answer and ending (a process killed
+        after a job's end leaves them owed, for another's scanner to deliver once the
+        lease is free), and no tool process is left; at most ``settle_s``."""
         deadline = time.monotonic() + self.settle_s
         while time.monotonic() < deadline:
-            statuses = await self._statuses()
-            if all(s in FINAL for s in statuses.values()) and not tool_processes(self.log):
+            states = await self._states()
+            if all(
+                status in FINAL and (owed is None or owed > MAX_DELIVERIES)  # shown, given up
+                for status, owed in states.values()
+            ) and not tool_processes(self.log):
                 return
             await asyncio.sleep(0.5)
 
     async def _check(self) -> None:
         report = self.report
         report.jobs = len(self.threads)
-        statuses = await self._statuses()
+        states = await self._states()
+        report.statuses = Counter(status for status, _ in states.values())
         for thread in self.threads:
-            status = statuses.get(thread.n, "none")
+            status, owed = states.get(thread.n, ("none", None))
+            if status in FINAL and owed is not None:
+                report.endings_owed += 1
+                report.problems.append(
+                    f"job {thread.n} ({thread.kind}) {status}: its answer and ending are still "
+                    f"owed to the thread ({owed} tries by other processes)"
+                )
             answers = sum(
                 m.text == f"done {thread.n}" for m in self.slack.messages(CHANNEL, thread.ts)
             )
+            if status != "completed":
+                report.not_completed.append(
+                    f"job {thread.n} ({thread.kind}) {status}; the bot said: {self._said(thread)}"
+                )
             if status not in FINAL:
                 report.non_terminal += 1
                 report.problems.append(f"job {thread.n} ({thread.kind}) left {status}")
@@ -448,6 +572,15 @@ class Soak:
         if report.orphans:
             report.problems.append(f"{report.orphans} tool processes left running")
 
+    def _said(self, thread: _Thread) -> str:
+        """The bot's messages in the thread, each cut short, the last two."""
+        said = [
+            (m.text[:160] or f"(no text, {len(m.blocks or [])} blocks)").replace("\n", " ")
+            for m in self.slack.messages(CHANNEL, thread.ts)
+            if m.user == BOT_USER_ID
+        ]
+        return " | ".join(said[-2:]) if said else "nothing"
+
     def _reply_count(self, n: int) -> int:
         """How many times the reply is in the thread's last model request."""
         last = None
@@ -460,3 +593,14 @@ class Soak:
         return Counter(
             needle in json.dumps(m.get("content")) for m in last.messages if m.get("role") == "user"
         )[True]
+
+
+def _tail(bot: BotProcess, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a bot's stdout and of its stderr, labelled."""
+    parts = [f"pid {bot.pid}, exit code {bot.returncode}"]
+    for label, path in (("stdout", bot.stdout_path), ("stderr", bot.stderr_path)):
+        text = path.read_text(errors="replace") if path.exists() else ""
+        kept = text.splitlines()[-lines:]
+        parts.append(f"{label} ({path}), last {len(kept)} lines:")
+        parts += kept
+    return "\n".join(parts)
