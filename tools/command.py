@@ -457,25 +457,45 @@ async def _spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, captu
 
 
 def _abandon_spawn(task: asyncio.Future[_Child]) -> None:
-    """The caller was cancelled while spawning: kill what was spawned."""
+    """The caller was cancelled while spawning: kill what was spawned, and reap it in the
+    background (until then asyncio counts the process as running)."""
     if task.cancelled() or task.exception() is not None:
         return
     child = task.result()
     child.kill_now()
     for pipe in child.pipes:
         pipe.close()
+    _keep(asyncio.ensure_future(_reap(child)))
 
 
-# Cleanup tasks that outlived a second cancellation: referenced until they finish.
-_BACKGROUND: set[asyncio.Task[None]] = set()
+async def _reap(child: _Child) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(REAP_TIMEOUT_S):
+            await child.proc.wait()
+
+
+# Cleanups that outlived their caller (a cancelled spawn, a second cancellation):
+# referenced until they finish.
+_BACKGROUND: set[asyncio.Future[None]] = set()
+
+
+def _keep(task: asyncio.Future[None]) -> None:
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+async def settle(timeout: float = REAP_TIMEOUT_S + DEFAULT_KILL_GRACE_S) -> None:  # noqa: ASYNC109
+    """Wait, at most ``timeout`` seconds, for the cleanups of cancelled calls that finish
+    in the background (their processes killed and reaped): before an event loop closes."""
+    if _BACKGROUND:
+        await asyncio.wait(set(_BACKGROUND), timeout=timeout)
 
 
 async def _shielded(cleanup: Coroutine[Any, Any, None], *, on_abandon: Callable[[], None]) -> None:
     """Run ``cleanup`` to the end even if the caller is cancelled again meanwhile; if it
     is, ``on_abandon`` runs at once and the cleanup finishes in the background."""
     task = asyncio.ensure_future(cleanup)
-    _BACKGROUND.add(task)
-    task.add_done_callback(_BACKGROUND.discard)
+    _keep(task)
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:

@@ -41,6 +41,12 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float = BOUND_S, what:
         time.sleep(0.05)
 
 
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU time the kernel has counted for ``pid`` (``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def leftovers(state_dir: Path) -> list[int]:
     """Live ``bot.dev.service`` processes naming ``state_dir`` (zombies are not alive)."""
     found = []
@@ -139,11 +145,14 @@ def test_healthy_then_degraded(state_dir: Path) -> None:
     status, body, seconds = get(port, "/health")
     assert status == 500 or seconds >= 1.5, (status, seconds)
     assert status in (200, 500)
-    # The burn is real and bounded: busy, but less than one core.
-    wait_until(lambda: float(metrics(port)["cpu_percent"]) >= 30, what="burning CPU")
+    # The burn is real and bounded: busy, but less than one core. Real: the kernel counts
+    # the process's CPU time growing by a whole burn second (how fast depends on what else
+    # the machine runs, so no share of wall time is asked for); bounded: its own measure.
+    burnt = cpu_seconds(pid)
+    wait_until(lambda: cpu_seconds(pid) - burnt >= 1.0, what="burning CPU", timeout=60.0)
     now = metrics(port)
     assert now["cpu_burn"] == "on"
-    assert float(now["cpu_percent"]) < 95
+    assert 0 < float(now["cpu_percent"]) < 95
     assert float(now["p95_ms"]) >= 1000  # the built-in client's requests are slow too
     log = (state_dir / service.LOGFILE).read_text()
     assert f"started: pid {pid}" in log

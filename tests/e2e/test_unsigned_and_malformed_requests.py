@@ -24,7 +24,9 @@ from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Reply
 from bot.emulator.slack import FakeSlack
 from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_STOP
+from bot.store.keys import DEFAULT_PREFIX, Keys
 
+from .approvals_kit import wait_until
 from .conftest import StartBot
 from .harness import (
     EVENTS_PATH,
@@ -80,6 +82,18 @@ async def keys(redis_server: ManagedRedis) -> list[str]:
         await client.aclose()
 
 
+START_RECORD_S = 30.0
+
+
+async def started_recorded(redis_server: ManagedRedis) -> bool:
+    """Whether the audit log holds an entry (the bot's ``process_started``)."""
+    client = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
+    try:
+        return bool(await client.exists(Keys(DEFAULT_PREFIX).audit_head()))
+    finally:
+        await client.aclose()
+
+
 def click(action_id: str, value: Any, **replace: Any) -> bytes:
     """A click on one of our buttons, then ``value`` (any JSON) and ``replace`` put in."""
     form = block_actions_body("U1", action_id, "v", "C1", "1700000000.000200", "http://x/r")
@@ -121,6 +135,11 @@ async def test_unsigned_and_badly_signed_requests_get_401_and_change_nothing(
     ts = good[TIMESTAMP]
     stale = sign(body, serve.secret, timestamp=int(ts) - 360)  # six minutes old
     foreign = sign(b'{"type": "url_verification"}', serve.secret)
+    # The process records its own start in the audit log in the background (it may start
+    # before Redis does): wait for that, so that only what the requests did is compared.
+    await wait_until(
+        lambda: started_recorded(redis_server), timeout=START_RECORD_S, what="process_started"
+    )
     before_keys, before_calls = await keys(redis_server), len(slack.calls)
     output = Output(serve)
     cases: list[tuple[str, bytes, dict[str, str], str]] = [

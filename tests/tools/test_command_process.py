@@ -26,6 +26,7 @@ from bot.agent.config import AgentConfig
 from bot.agent.testing import FakeClock, ScriptedModel, call, calls, text
 from bot.agent.tools import CallContext
 from bot.errors import ConfigError, ToolError
+from tools import command
 from tools.command import CommandTool
 from tools.registry import build_catalog
 from tools.spec import CommandToolSpec
@@ -288,6 +289,10 @@ async def test_cancelling_while_the_program_is_being_spawned_leaves_nothing(
     with pytest.raises(asyncio.CancelledError):
         await task
     await wait_until(lambda: not running_with(str(tmp_path)), "the spawned program to die")
+    # ... and reaped: asyncio knows it exited (else its transport, collected in a later
+    # test, warns that the process is still running).
+    await command.settle()
+    assert not command._BACKGROUND
 
 
 async def test_what_the_program_leaves_running_is_stopped_when_it_exits() -> None:
