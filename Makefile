@@ -39,14 +39,14 @@ run: setup
 # pytest-xdist workers: more than the cores, since most e2e time is spent waiting on real
 # processes (leases running out, restarts, backoffs) rather than computing. Every fixture
 # picks free ports and its own folders, and each worker starts its own Redis servers.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 6
 
 # The store's tests on a real Redis Cluster and on Sentinel first, then everything on a
 # standalone Redis, ending with the 15 slowest tests.
 test: setup
-	OPSLOOP_TEST_REDIS=cluster $(PYTHON) -m pytest -q -n $(TEST_WORKERS) tests/store
-	OPSLOOP_TEST_REDIS=sentinel $(PYTHON) -m pytest -q -n $(TEST_WORKERS) tests/store
-	$(PYTHON) -m pytest -n $(TEST_WORKERS) --durations=15
+	OPSLOOP_TEST_REDIS=cluster $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/store
+	OPSLOOP_TEST_REDIS=sentinel $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/store
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 lint: setup
 	$(PYTHON) -m ruff check bot tools tests benchmarks

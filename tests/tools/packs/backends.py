@@ -77,6 +77,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def refused_port() -> socket.socket:
+    """A loopback socket bound but never listening: connecting to its port is refused for
+    as long as it stays open, and no other process (another xdist worker's server) can
+    take the port meanwhile, as it could a port merely found free."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    return held
+
+
 def binary(name: str) -> str:
     path = shutil.which(name, path="/usr/bin:/usr/sbin:/usr/local/bin")
     if path is None:
@@ -166,7 +175,8 @@ class PrometheusStack:
         self.prometheus = Process("prometheus", folder)
         self.node_port = 0
         self.port = 0
-        self.dead_port = free_port()  # nothing listens there: the ``dead`` job is down
+        self._dead = refused_port()  # nothing listens there: the ``dead`` job is down
+        self.dead_port = int(self._dead.getsockname()[1])
 
     @property
     def url(self) -> str:
@@ -249,6 +259,7 @@ class PrometheusStack:
     def stop(self) -> None:
         self.prometheus.stop()
         self.node_exporter.stop()
+        self._dead.close()
 
 
 class AlertmanagerServer:
