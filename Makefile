@@ -39,7 +39,7 @@ run: setup
 # pytest-xdist workers: more than the cores, since most e2e time is spent waiting on real
 # processes (leases running out, restarts, backoffs) rather than computing. Every fixture
 # picks free ports and its own folders, and each worker starts its own Redis servers.
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 4
 
 # The store's tests on a real Redis Cluster and on Sentinel first, then everything on a
 # standalone Redis, ending with the 15 slowest tests.
