@@ -12,49 +12,26 @@ first delivery's write is replicated.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-
 import pytest
 import redis.asyncio as aioredis
 
 from bot.emulator.redis_replica import ManagedReplica
-from bot.emulator.redis_server import ManagedRedis
 from bot.store.approvals import ApprovalRecord, Approvals
-from bot.store.connection import StoreUnavailable, connect
+from bot.store.connection import StoreUnavailable
 from bot.store.jobs import JobLimits
 from bot.store.keys import Keys, Thread
 from bot.store.ledger import ClaimWithdrawn, RedisLedger
 from bot.store.receipt import Receipts
 from bot.store.replicas import NotReplicated, Replication
 from tests.store.approval_kit import pending_approval
+from tests.store.replica_kit import client, master, replica
 
 LIMITS = JobLimits(max_iterations=5, deadline_s=60, token_budget=10_000)
+__all__ = ["client", "master", "replica"]  # fixtures, used by name
+
 NOW = 1_700_000_000.0
 HASH = "c" * 64
 WAIT = Replication(min_replicas=1)  # the default 1 s: a busy machine's replica answers in it
-
-
-@pytest.fixture
-def master(tmp_path: Path) -> Iterator[ManagedRedis]:
-    managed = ManagedRedis(tmp_path / "master").start()
-    yield managed
-    managed.stop()
-
-
-@pytest.fixture
-def replica(master: ManagedRedis, tmp_path: Path) -> Iterator[ManagedReplica]:
-    started = ManagedReplica(master, tmp_path / "replica").start()
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-async def client(master: ManagedRedis, replica: ManagedReplica) -> AsyncIterator[aioredis.Redis]:
-    redis = connect(master.url)
-    await replica.linked()
-    yield redis
-    await redis.aclose()
 
 
 def pending(thread: Thread) -> ApprovalRecord:

@@ -14,46 +14,23 @@ real master with a real replica frozen by SIGSTOP (connected, confirming nothing
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from bot.emulator.redis_replica import ManagedReplica
-from bot.emulator.redis_server import ManagedRedis
 from bot.store.approvals import Approvals
-from bot.store.connection import connect
 from bot.store.keys import Keys, Thread
 from bot.store.ledger import ClaimWithdrawn, RedisLedger
 from bot.store.replicas import NotReplicated, Replication, replicas_caught_up
 from tests.store.approval_kit import pending_approval
+from tests.store.replica_kit import client, master, replica
+
+__all__ = ["client", "master", "replica"]  # fixtures, used by name
 
 NOW = 1_700_000_000.0
 HASH = "d" * 64
 WAIT = Replication(min_replicas=1)
-
-
-@pytest.fixture
-def master(tmp_path: Path) -> Iterator[ManagedRedis]:
-    managed = ManagedRedis(tmp_path / "master").start()
-    yield managed
-    managed.stop()
-
-
-@pytest.fixture
-def replica(master: ManagedRedis, tmp_path: Path) -> Iterator[ManagedReplica]:
-    started = ManagedReplica(master, tmp_path / "replica").start()
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-async def client(master: ManagedRedis, replica: ManagedReplica) -> AsyncIterator[aioredis.Redis]:
-    redis = connect(master.url)
-    await replica.linked()
-    yield redis
-    await redis.aclose()
 
 
 def key_of(thread: Thread) -> str:
