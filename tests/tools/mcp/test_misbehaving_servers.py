@@ -37,18 +37,20 @@ def server(name: str, script: str) -> str:
 async def test_never_answering_initialize_is_bounded(
     connect: Connect, time_server: list[str]
 ) -> None:
+    # The bound applies to the real time server too, which must start Python and the MCP
+    # SDK within it on a machine busy with the rest of the suite: 8 s, not 3.
     started = time.monotonic()
     catalog = await connect(
         "mcp_servers:\n"
         + server("silent", SILENT)
         + server("garbage", GARBAGE)
         + f"  - name: time\n    command: {json.dumps(time_server)}\n",
-        connect_timeout=3.0,
+        connect_timeout=8.0,
     )
-    assert time.monotonic() - started < 15.0
+    assert time.monotonic() - started < 40.0  # a hang guard: the servers are bounded together
     reports = {r.name: r for r in catalog.mcp_reports}
     assert reports["silent"].error is not None
-    assert "did not finish initialize within 3s" in reports["silent"].error
+    assert "did not finish initialize within 8s" in reports["silent"].error
     assert reports["garbage"].error is not None
     assert reports["time"].tools == 2 and reports["time"].error is None
     assert sorted(catalog.tools) == ["time_convert_time", "time_get_current_time"]
