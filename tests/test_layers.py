@@ -204,7 +204,7 @@ def test_the_slack_edge_takes_only_record_types_from_the_store() -> None:
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("bot.store.jobs", "from bot.slack.blocks import approval_card"),
+        ("bot.store.jobs", "from bot.slack.cards import approval_card"),
         ("bot.store.jobs", "from bot.turns import runner"),
         ("tools.registry", "import bot.store.keys"),
         ("bot.agent.run", "from ..llm import openai"),

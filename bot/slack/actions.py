@@ -29,7 +29,8 @@ from bot.agent.state import StopReason
 from bot.errors import StoreError
 from bot.slack.assistant import card_place
 from bot.slack.blockkit import mention
-from bot.slack.blocks import decided_card, ending_message, reminder_message
+from bot.slack.blocks import ending_message
+from bot.slack.cards import decided_card, reminder_message
 from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget

@@ -37,7 +37,7 @@ from bot.slack.blockkit import (
     mention,
     section_block,
 )
-from bot.slack.blocks import whom_to_ask
+from bot.slack.cards import whom_to_ask
 from bot.turns.home import SHOWN, Configured, Home, HomeCard, HomeJob, configured, read_home
 from bot.turns.runner import Turns
 

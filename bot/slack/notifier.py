@@ -22,7 +22,8 @@ from bot.agent.ports import Injected
 from bot.agent.state import StopReason
 from bot.metrics import Metrics
 from bot.slack.assistant import card_channel, post_card_elsewhere
-from bot.slack.blocks import ACTION_STOP, approval_card
+from bot.slack.blocks import ACTION_STOP
+from bot.slack.cards import approval_card
 from bot.slack.identity import BotIdentity
 from bot.slack.progress import JobProgress
 from bot.slack.updates import UpdateBudget

@@ -28,11 +28,10 @@ from bot.slack.blocks import (
     ACTION_STOP,
     Progress,
     ToolLine,
-    approval_card,
-    decided_card,
     ending_message,
     status_message,
 )
+from bot.slack.cards import approval_card, decided_card
 from bot.store.approvals import ApprovalRecord
 
 EXPIRES = datetime(2025, 3, 1, 14, 5, tzinfo=UTC).timestamp()

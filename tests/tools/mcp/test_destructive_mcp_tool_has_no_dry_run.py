@@ -12,7 +12,7 @@ from bot.agent.config import AgentConfig
 from bot.agent.events import ToolStart
 from bot.agent.ports import Approved, ConfirmRequest, Decision
 from bot.agent.testing import ScriptedModel, call, calls, text
-from bot.slack.blocks import NO_DRY_RUN, approval_card
+from bot.slack.cards import NO_DRY_RUN, approval_card
 from bot.store.approvals import ApprovalRecord
 from tests.tools.mcp.conftest import Connect
 
