@@ -83,6 +83,11 @@ class DevPane:
         )
         return thread_ts
 
+    def home(self, user_id: str) -> None:
+        """``user_id`` opened the app's Home tab: deliver ``app_home_opened``."""
+        self.workspace.user(user_id)
+        self.workspace.deliver(app_home_opened(user=user_id, channel=dm_of(user_id)))
+
     def ask(self, user_id: str, thread_ts: str, text: str) -> str:
         """Post ``text`` in the pane thread as ``user_id`` and deliver it; its ts."""
         space = self.workspace
@@ -140,9 +145,7 @@ class DevPane:
 
     async def _home(self, request: web.Request) -> web.Response:
         body = await self._body(request)
-        user = body["user"]
-        self.workspace.user(user)
-        self.workspace.deliver(app_home_opened(user=user, channel=dm_of(user)))
+        self.home(body["user"])
         return json_response({"ok": True})
 
     async def _state(self, request: web.Request) -> web.Response:

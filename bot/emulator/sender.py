@@ -76,7 +76,7 @@ class Delivery:
     kind: Literal["event", "click"]
     type: str  # "app_mention", "message" or "block_actions"
     event_id: str | None  # events only; the same across retries
-    ts: str  # the message the event is about, or the clicked one
+    ts: str  # the message the event is about (else its event_ts), or the clicked one
     attempt: int  # 0 for the first, then the X-Slack-Retry-Num sent
     status: int  # the bot's HTTP status, NO_ANSWER without one
     reason: str | None  # why it failed: http_timeout, connection_failed, http_error
@@ -442,10 +442,13 @@ async def deliver_event(
     """Deliver one event, retrying as Slack does (bounded) until the bot answers 2xx.
 
     ``send`` makes one attempt, ``record`` is told of each, and ``gone()`` true after an
-    attempt (the bot's URL was unset) ends the retries.
+    attempt (the bot's URL was unset) ends the retries. An event about no message
+    (``app_home_opened``, ``assistant_thread_started``) is recorded by its ``event_ts``.
     """
     event_id = new_event_id()
     body = event_body(event, event_id)
+    # app_home_opened and the assistant pane's events are about no message: no ``ts``.
+    about = str(event.get("ts") or event.get("event_ts") or "")
     reason: str | None = None
     delays = (0.0, *retry_delays[:MAX_RETRIES])
     for attempt, delay in enumerate(delays):
@@ -455,7 +458,7 @@ async def deliver_event(
         if attempt:
             headers = retried(headers, attempt, reason or "http_error")
         status, reason, no_retry = await send(body, headers)
-        delivery = Delivery("event", event["type"], event_id, event["ts"], attempt, status, reason)
+        delivery = Delivery("event", event["type"], event_id, about, attempt, status, reason)
         await record(delivery)
         if delivery.ok or no_retry or gone():
             return
