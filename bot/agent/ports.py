@@ -71,6 +71,7 @@ class Injected:
     id: str
     text: str
     author: str | None = None
+    sent_at: float | None = None  # when the person sent it (epoch seconds), if known
 
 
 class Inject(Protocol):
@@ -103,12 +104,20 @@ class Approved:
     confirmed_by: str
     tool: str | None = None  # when set, must match the call (else the decision is refused)
     args_hash: str | None = None
+    # When approval was asked and given (epoch seconds), if known: the order of the
+    # replies sent meanwhile is stated from them (``bot.agent.reply_order``).
+    asked_at: float | None = None
+    decided_at: float | None = None
     kind: Literal["approved"] = "approved"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Denied:
     reason: str  # e.g. "denied by <@U123>" or "approval expired"
+    outcome: Literal["denied", "expired", "cancelled"] = "denied"
+    by: str | None = None  # who denied (or stopped the job), if a person did
+    asked_at: float | None = None
+    decided_at: float | None = None
     kind: Literal["denied"] = "denied"
 
 

@@ -52,8 +52,16 @@ from bot.agent.model_step import ABORT_REASON, Finish, Next, Step, model_step
 from bot.agent.ports import Decision, Injected
 from bot.agent.redact import redact_secrets
 from bot.agent.repeated_calls import LOOP_MESSAGE, LoopDetector, LoopVerdict
+from bot.agent.reply_order import decided_call, with_order
 from bot.agent.responses import cut_off, message_chars
-from bot.agent.state import PendingApproval, PendingBatch, RunResult, RunState, StopReason
+from bot.agent.state import (
+    DecidedCall,
+    PendingApproval,
+    PendingBatch,
+    RunResult,
+    RunState,
+    StopReason,
+)
 from bot.agent.tools import canonical_json, tool_spec
 from bot.agent.work_done import note_call
 from bot.errors import HandedOver, StoreError
@@ -189,11 +197,12 @@ class _Run:
                 f"job {self.config.job_id} handed over after iteration {self.state.iterations}"
             )
         items = await self.save_and_fetch()
+        decided, self.state.decided = self.state.decided, None  # one fetch after a resume
         if (stop := self.cancelled()) is not None:
             # The save heard a Stop. Replies fetched with it stay unacknowledged: the
             # job's end finds them pending and a follow-up job takes them in.
             return stop
-        await self.take_injected(items)
+        await self.take_injected(items, decided)
         got = await self.model_step()
         if isinstance(got, Finish):
             return got
@@ -273,6 +282,10 @@ class _Run:
             self.skip(pending.remaining, stop)
             await self.checkpoint()
             return stop
+        if pending.approval is not None:
+            # The replies taken in at the next fetch are told in their true order
+            # against this decision (``reply_order``); saved with the batch's checkpoint.
+            self.state.decided = decided_call(pending.approval.tool, self.decision)
         step = await self.batch(
             pending.message,
             list(pending.remaining),
@@ -303,7 +316,9 @@ class _Run:
         await self.save()
         return await inject.fetch() if inject is not None else ()
 
-    async def take_injected(self, items: Sequence[Injected]) -> None:
+    async def take_injected(
+        self, items: Sequence[Injected], decided: DecidedCall | None = None
+    ) -> None:
         inject = self.config.inject
         if inject is None or not items:
             return
@@ -313,6 +328,7 @@ class _Run:
             # A credential pasted in the channel is not passed on to the model provider.
             said = redact_secrets(item.text)
             text = f"<@{item.author}>: {said}" if item.author else said
+            text = with_order(text, item, decided)
             self.append(UserMessage(content=text, source_id=item.id))
         if (both := self.config.on_flush_and_ack) is not None:
             await both(items)  # durable before anyone sees an ack, in one round trip

@@ -9,6 +9,7 @@ when paused for approval, the batch being processed. It is versioned and seriali
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -57,6 +58,20 @@ class PendingBatch(BaseModel):
     any_ok: bool = False  # whether a call of this batch already returned a non-error
 
 
+class DecidedCall(BaseModel):
+    """The call a resumed run was paused on and its decision, kept until the replies
+    sent meanwhile are taken in, so they are told in their true order
+    (``bot.agent.reply_order``), across a crash as well."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str
+    outcome: Literal["approved", "denied", "expired", "cancelled"]
+    by: str | None = None  # who decided (or stopped the job), if a person did
+    asked_at: float | None = None  # epoch seconds
+    decided_at: float
+
+
 class RunState(BaseModel):
     """Serializable progress of one job across runs."""
 
@@ -86,6 +101,7 @@ class RunState(BaseModel):
     last_cached_tokens: int = 0
     chars_since_request: int = 0
     pending: PendingBatch | None = None
+    decided: DecidedCall | None = None  # the last decision, until the next inject fetch
     # An answer cut off at the output limit: its text so far, while the model continues it.
     answer_so_far: str | None = None
     # The latest change (a mutating or destructive call that ran) no read-only call has

@@ -663,16 +663,26 @@ def decided_entry_head(
 def to_decision(record: ApprovalRecord) -> Approved | Denied:
     """The core's view of a decided approval; ``ValueError`` while it is still pending."""
     by = record.decided_by
+    asked, at = record.requested_at, record.decided_at
     match record.status:
         case "approved":
             if not by:
                 raise ValueError("an approval without an approver")
-            return Approved(confirmed_by=by, tool=record.tool, args_hash=record.args_hash)
+            return Approved(
+                confirmed_by=by,
+                tool=record.tool,
+                args_hash=record.args_hash,
+                asked_at=asked,
+                decided_at=at,
+            )
         case "denied":
-            return Denied(reason=f"denied by <@{by}>" if by else "denied")
+            reason = f"denied by <@{by}>" if by else "denied"
+            return Denied(reason=reason, by=by, asked_at=asked, decided_at=at)
         case "expired":
-            return Denied(reason="approval expired")
+            reason = "approval expired"
+            return Denied(reason=reason, outcome="expired", asked_at=asked, decided_at=at)
         case "cancelled":
-            return Denied(reason=f"cancelled by <@{by}>" if by else "cancelled")
+            reason = f"cancelled by <@{by}>" if by else "cancelled"
+            return Denied(reason=reason, outcome="cancelled", by=by, asked_at=asked, decided_at=at)
         case "pending":
             raise ValueError("the approval is still pending")

@@ -118,6 +118,15 @@ class _Entry:
     fields: dict[str, str]
 
 
+def sent_at(ts: str) -> float | None:
+    """When a Slack message was sent: its ``ts`` is epoch seconds (``1700000000.000100``)."""
+    try:
+        at = float(ts)
+    except ValueError:
+        return None
+    return at if 0 < at < 1e11 else None
+
+
 class InjectReader:
     """The core's ``Inject`` port over a thread's stream, for one running job.
 
@@ -325,7 +334,8 @@ class InjectReader:
                 drop.append(entry.stream_id)
                 continue
             taken.add(ts)
-            item = Injected(id=ts, text=text, author=entry.fields.get(F_AUTHOR) or None)
+            author = entry.fields.get(F_AUTHOR) or None
+            item = Injected(id=ts, text=text, author=author, sent_at=sent_at(ts))
             if ts in seen:
                 drop.append(entry.stream_id)
                 applied.append(item)

@@ -6,6 +6,7 @@ Every test passes ``now`` explicitly; nothing reads the wall clock.
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 import pytest
 import redis.asyncio as aioredis
@@ -355,9 +356,16 @@ def decided(thread: Thread, status: str, by: str | None) -> ApprovalRecord:
 
 
 def test_an_approval_becomes_the_cores_approved_with_the_raw_user_id(thread: Thread) -> None:
-    decision = to_decision(decided(thread, "approved", ALICE))
+    record = decided(thread, "approved", ALICE)
+    decision = to_decision(record)
 
-    assert decision == Approved(confirmed_by=ALICE, tool="restart_service", args_hash=HASH)
+    assert decision == Approved(
+        confirmed_by=ALICE,
+        tool="restart_service",
+        args_hash=HASH,
+        asked_at=record.requested_at,
+        decided_at=NOW + 5,
+    )
     assert isinstance(decision, Approved) and not decision.confirmed_by.startswith("<@")
 
 
@@ -370,9 +378,16 @@ def test_an_approval_becomes_the_cores_approved_with_the_raw_user_id(thread: Thr
     ],
 )
 def test_other_outcomes_become_the_cores_denied(
-    thread: Thread, status: str, by: str | None, reason: str
+    thread: Thread, status: Literal["denied", "expired", "cancelled"], by: str | None, reason: str
 ) -> None:
-    assert to_decision(decided(thread, status, by)) == Denied(reason=reason)
+    record = decided(thread, status, by)
+    assert to_decision(record) == Denied(
+        reason=reason,
+        outcome=status,
+        by=by,
+        asked_at=record.requested_at,
+        decided_at=NOW + 5,
+    )
 
 
 def test_a_pending_approval_is_no_decision(thread: Thread) -> None:

@@ -107,7 +107,7 @@ async def test_new_replies_are_fetched_once(
     await inject.ack(first)
     second = await inject.fetch()
 
-    assert first == [Injected(id=TS1, text="it is nginx", author="U1")]
+    assert first == [Injected(id=TS1, text="it is nginx", author="U1", sent_at=float(TS1))]
     assert second == []
 
 
@@ -246,7 +246,7 @@ async def test_replies_already_in_the_history_are_acked_and_skipped(
 
     assert [i.id for i in items] == [TS2]
     # TS1 is acked already, and it gets the visible ack the crash cost it.
-    assert acks.calls == [[Injected(id=TS1, text="applied before the crash")]]
+    assert acks.calls == [[Injected(id=TS1, text="applied before the crash", sent_at=float(TS1))]]
     assert acks.pending_at_call == [1]
     summary = await redis.xpending_range(keys.inject(thread), GROUP, "-", "+", 10)
     assert [p["consumer"] for p in summary] == ["p2"]  # only TS2 still waits for its ack
@@ -399,7 +399,9 @@ async def test_a_reply_reaches_the_next_model_request_and_is_acked_once(
     assert last.source_id == TS1
     assert last.content == "<@U0123ABC>: web-01 is fine, skip it"
     assert await pending(redis, keys.inject(thread)) == 0
-    assert acks.calls == [[Injected(id=TS1, text="web-01 is fine, skip it", author="U0123ABC")]]
+    assert acks.calls == [
+        [Injected(id=TS1, text="web-01 is fine, skip it", author="U0123ABC", sent_at=float(TS1))]
+    ]
     assert acks.pending_at_call == [0]
     assert inject.seen_seq == await receipts.count(thread) == 1
 
