@@ -53,6 +53,7 @@ from bot.slack.assistant import PaneConfig
 from bot.slack.audit_channel import AuditChannel
 from bot.slack.client import ScrubbingWebClient
 from bot.slack.identity import BotIdentity
+from bot.slack.names import Names
 from bot.slack.notifier import SlackNotifier
 from bot.slack.policy import ApproverPolicy
 from bot.slack.progress import budget_sender
@@ -211,6 +212,7 @@ class Service:
         metrics = Metrics()
         tracing = tracing_for(bot, llm, metrics)
         identity = BotIdentity(client)
+        names = Names.of(client)  # people and channels by name, cached for the process
         policy = ApproverPolicy(
             bot.approver_ids,
             client,
@@ -247,6 +249,7 @@ class Service:
                 approvers=policy.approvers,
                 approval_channel=bot.approval_channel,
                 metrics=metrics,
+                names=names,
             ),
             tracing=tracing,
             audit=audit,

@@ -97,6 +97,37 @@ class _State:
     statuses: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
+def user_object(user_id: str, user: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A ``users.info`` user as Slack shapes it: a display name alone becomes a user whose
+    ``profile.display_name`` it is (``name`` its lower-case handle); an object is kept."""
+    if not isinstance(user, str):
+        return {"id": user_id, **copy.deepcopy(dict(user))}
+    handle = user.lower().replace(" ", ".")
+    return {
+        "id": user_id,
+        "team_id": TEAM_ID,
+        "name": handle,
+        "real_name": user,
+        "deleted": False,
+        "is_bot": False,
+        "profile": {"display_name": user, "real_name": user},
+    }
+
+
+def channel_object(channel_id: str, channel: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A ``conversations.info`` channel as Slack shapes it (a name alone: a public channel)."""
+    if not isinstance(channel, str):
+        return {"id": channel_id, **copy.deepcopy(dict(channel))}
+    return {
+        "id": channel_id,
+        "name": channel.removeprefix("#"),
+        "is_channel": True,
+        "is_private": False,
+        "is_im": False,
+        "is_archived": False,
+    }
+
+
 def _ts_us(ts: str) -> int | None:
     seconds, _, micros = ts.partition(".")
     if not (seconds.isdigit() and (micros.isdigit() or not micros)):
@@ -123,13 +154,28 @@ def _range_param(params: Params, name: str) -> int | None:
 class FakeSlack:
     """The fake Web API. Use as ``async with FakeSlack() as slack``; point clients at ``api_url``.
 
-    ``usergroups`` maps a usergroup id to its member ids for ``usergroups.users.list``.
+    ``usergroups`` maps a usergroup id to its member ids for ``usergroups.users.list``;
+    ``users`` a user id to its display name (or a whole Slack user object) for ``users.info``;
+    ``channels`` a channel id to its name (or a whole conversation object) for
+    ``conversations.info``. Ids not in them are ``user_not_found`` / ``channel_not_found``,
+    as Slack answers for an id it does not know.
     """
 
     def __init__(
-        self, *, usergroups: Mapping[str, list[str]] | None = None, host: str = "127.0.0.1"
+        self,
+        *,
+        usergroups: Mapping[str, list[str]] | None = None,
+        users: Mapping[str, str | Mapping[str, Any]] | None = None,
+        channels: Mapping[str, str | Mapping[str, Any]] | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.usergroups: dict[str, list[str]] = dict(usergroups or {})
+        self.users: dict[str, dict[str, Any]] = {
+            uid: user_object(uid, u) for uid, u in (users or {}).items()
+        }
+        self.channels: dict[str, dict[str, Any]] = {
+            cid: channel_object(cid, c) for cid, c in (channels or {}).items()
+        }
         self.calls: list[Call] = []
         self._host = host
         self._port: int | None = None
@@ -147,6 +193,8 @@ class FakeSlack:
             "reactions.add": self._reactions_add,
             "conversations.replies": self._replies,
             "usergroups.users.list": self._usergroup_users,
+            "users.info": self._user_info,
+            "conversations.info": self._conversation_info,
             "assistant.threads.setStatus": self._set_status,
             "views.open": self._view,
             "views.update": self._view,
@@ -551,6 +599,18 @@ class FakeSlack:
         if users is None:
             raise SlackError("no_such_subteam")
         return {"users": list(users)}
+
+    def _user_info(self, params: Params) -> Reply:
+        user = self.users.get(str(params.get("user") or ""))
+        if user is None:
+            raise SlackError("user_not_found")
+        return {"user": copy.deepcopy(user)}
+
+    def _conversation_info(self, params: Params) -> Reply:
+        channel = self.channels.get(str(params.get("channel") or ""))
+        if channel is None:
+            raise SlackError("channel_not_found")
+        return {"channel": copy.deepcopy(channel)}
 
     def _set_status(self, params: Params) -> Reply:
         key = (required(params, "channel_id"), required(params, "thread_ts"))

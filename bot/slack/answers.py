@@ -8,6 +8,10 @@ fence, any line, inside a line) and closes a fence cut across messages at one me
 and reopens it at the next. Each message's ``text`` is its part escaped, so the texts
 together are the whole answer. :func:`partial_answer` is the answer while it is written.
 
+People and channels: a ``markdown`` block renders ``<@U…>`` literally, so the block's text
+goes through ``render`` (``bot.slack.names``: ``@Name``, ``#name``) while ``text`` keeps what
+the model wrote (escaped).
+
 Feedback: given the job's id, the answer's last message ends with a ``context_actions``
 block holding Slack's ``feedback_buttons`` (👍/👎, :func:`feedback_block`), each button's
 value ``<job id>|positive`` or ``<job id>|negative`` (``bot.slack.feedback`` records the
@@ -17,6 +21,7 @@ click); the block is left out only when the message already holds ``MAX_BLOCKS``
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 from bot.slack.blockkit import (
@@ -33,6 +38,20 @@ from bot.slack.blockkit import (
 ACTION_FEEDBACK = "opsloop_feedback"  # the feedback_buttons element of an answer
 FeedbackValue = Literal["positive", "negative"]
 FEEDBACK_VALUES: tuple[FeedbackValue, FeedbackValue] = ("positive", "negative")
+
+Render = Callable[[str], str]  # a markdown block's text with names (``Names.render``)
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _markdown_block(text: str, render: Render) -> Block:
+    body = render(text)
+    if len(body) > MAX_MARKDOWN:  # names longer than the ids they replace
+        body = body[: MAX_MARKDOWN - 1] + "…"
+    return {"type": "markdown", "text": body}
+
 
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 _LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
@@ -181,20 +200,23 @@ def with_feedback(messages: list[Message], job_id: str) -> list[Message]:
     return [*messages[:-1], Message(last.text, [*last.blocks, feedback_block(job_id)])]
 
 
-def answer_messages(markdown: str, *, job_id: str | None = None) -> list[Message]:
+def answer_messages(
+    markdown: str, *, job_id: str | None = None, render: Render = _same
+) -> list[Message]:
     """The model's answer as messages, each with one ``markdown`` block and its part as text;
     with ``job_id``, the last one also carries the feedback buttons (:func:`with_feedback`).
+    ``render`` writes the blocks' people and channels by name (``text`` keeps the ids).
 
     Invariant: ``"".join(unescape(m.text) for m in result) == markdown`` for any answer with
     non-whitespace content (split whitespace stays in the texts; only the blocks drop it),
     except that a whitespace run that does not fit in Slack's text limit is cut.
     A blank answer gives one message saying so.
     """
-    messages = _answer_messages(markdown)
+    messages = _answer_messages(markdown, render)
     return with_feedback(messages, job_id) if job_id is not None else messages
 
 
-def _answer_messages(markdown: str) -> list[Message]:
+def _answer_messages(markdown: str, render: Render) -> list[Message]:
     if not markdown.strip():
         return [Message(text="(the model gave no answer text)")]
     messages: list[Message] = []
@@ -215,16 +237,16 @@ def _answer_messages(markdown: str) -> list[Message]:
         text = escape(source)
         text = escape(carry[: MAX_TEXT - len(text)]) + text
         carry = ""
-        messages.append(Message(text, [{"type": "markdown", "text": body}]))
+        messages.append(Message(text, [_markdown_block(body, render)]))
     return messages
 
 
-def partial_answer(markdown: str) -> Message:
+def partial_answer(markdown: str, *, render: Render = _same) -> Message:
     """A model response shown while it is still being written (the ``chat.update`` fallback
-    of a stream): its text so far in one ``markdown`` block and, escaped, in ``text``.
+    of a stream): its text so far in one ``markdown`` block (names by ``render``) and,
+    escaped, in ``text``.
 
     Text past Slack's limits is cut; the final rendering (:func:`answer_messages`) replaces it.
     """
-    body = markdown if len(markdown) <= MAX_MARKDOWN else markdown[: MAX_MARKDOWN - 1] + "…"
-    blocks: list[Block] = [{"type": "markdown", "text": body}] if body.strip() else []
+    blocks: list[Block] = [_markdown_block(markdown, render)] if markdown.strip() else []
     return Message(text=cut(escape(markdown), MAX_TEXT) or "…", blocks=blocks)

@@ -1,6 +1,7 @@
 """A job run's steps as task cards in one chat stream (``JobStream``), and the notes the
 model writes between them; the paced worker, modes and pacing it shares with
-``AnswerStream`` live in ``bot.slack.streaming``.
+``AnswerStream`` live in ``bot.slack.streaming``. People and channels in the notes and the
+cards' fields are written by name (``bot.slack.names``) as each call is sent.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.ports import Clock, LoopClock
 from bot.slack.answers import partial_answer
+from bot.slack.names import Names
 from bot.slack.streaming import (
     NOT_STREAMING,
     Mode,
@@ -29,7 +31,9 @@ from bot.slack.tasks import (
     TaskCards,
     TaskStatus,
     Timeline,
+    chunk_texts,
     markdown_chunk,
+    named_chunk,
     plan_chunk,
 )
 from bot.slack.updates import UpdateBudget
@@ -69,9 +73,11 @@ class JobStream(PacedWorker):
         cards: TaskCards | None = None,
         pacing: Pacing | None = None,
         clock: Clock | None = None,
+        names: Names | None = None,
     ) -> None:
         self._client = client
         self._budget = budget
+        self._names = names
         self.channel = channel
         self.thread_ts = thread_ts
         self._recipients = (recipient_user_id, recipient_team_id)
@@ -141,12 +147,17 @@ class JobStream(PacedWorker):
             case Mode.STREAM:
                 return await self._step_stream()
             case Mode.UPDATE:
-                return self._step_update()
+                return await self._step_update()
         return None
+
+    async def _named_chunks(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``chunks`` with people and channels by name (looked up first)."""
+        await self._named(*(t for c in chunks for t in chunk_texts(c)))
+        return [named_chunk(c, self._render) for c in chunks]
 
     async def _begin(self) -> None:
         user, team = self._recipients
-        chunks = self.timeline.take()
+        chunks = await self._named_chunks(self.timeline.take())
         if self.display == "plan":
             chunks.insert(0, plan_chunk(PLAN_TITLE))
         now = self._clock.monotonic()
@@ -200,6 +211,7 @@ class JobStream(PacedWorker):
         return 0
 
     async def _append(self, chunks: list[dict[str, Any]]) -> bool:
+        chunks = await self._named_chunks(chunks)
         try:
             await self._client.chat_appendStream(
                 channel=self.channel, ts=str(self.ts), chunks=chunks
@@ -216,6 +228,7 @@ class JobStream(PacedWorker):
         return True
 
     async def _stop(self, chunks: list[dict[str, Any]]) -> bool:
+        chunks = await self._named_chunks(chunks)
         if self.display == "plan":
             chunks = [*chunks, plan_chunk(PLAN_DONE)]
         try:
@@ -236,7 +249,7 @@ class JobStream(PacedWorker):
         self.fallback = self.fallback or reason
         self.timeline.unsent = [markdown_chunk("")]  # owed: one edit with everything
 
-    def _step_update(self) -> float | None:
+    async def _step_update(self) -> float | None:
         if not self.timeline.unsent:
             return None
         now = self._clock.monotonic()
@@ -245,6 +258,8 @@ class JobStream(PacedWorker):
             if wait > 0:
                 return wait
         self.timeline.unsent.clear()
-        self._budget.submit(self.channel, str(self.ts), partial_answer(self.timeline.render()))
+        shown = self.timeline.render()
+        await self._named(shown)
+        self._budget.submit(self.channel, str(self.ts), partial_answer(shown, render=self._render))
         self._last_call = now
         return 0

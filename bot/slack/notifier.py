@@ -25,6 +25,7 @@ from bot.slack.assistant import card_channel, post_card_elsewhere
 from bot.slack.blocks import ACTION_STOP
 from bot.slack.cards import approval_card
 from bot.slack.identity import BotIdentity
+from bot.slack.names import Names
 from bot.slack.progress import JobProgress
 from bot.slack.updates import UpdateBudget
 from bot.store.approvals import ApprovalRecord
@@ -140,8 +141,10 @@ class SlackNotifier:
         approvers: Sequence[str],
         metrics: Metrics,
         approval_channel: str | None = None,  # cards of DM jobs (the assistant pane)
+        names: Names | None = None,  # people and channels by name in what jobs show
     ) -> None:
         self.approval_channel = approval_channel
+        self.names = names
         self.client = client
         self.budget = budget
         self.identity = identity
@@ -156,7 +159,9 @@ class SlackNotifier:
             await self.identity.load()
         except Exception:
             log.info("auth.test failed; answers are shown without chat streaming", exc_info=True)
-        progress = JobProgress(self.client, self.budget, record, team_id=self.identity.team_id)
+        progress = JobProgress(
+            self.client, self.budget, record, team_id=self.identity.team_id, names=self.names
+        )
         try:
             adopted = None
             if not record.meta.get("status_ts") and taken_over:

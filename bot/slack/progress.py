@@ -28,6 +28,10 @@ card, where the approved call's card runs and completes) and before the final an
 which stays a message of its own (its whole text, its feedback buttons, a file when long).
 The status message with Stop is unchanged: Stop lives there and a takeover edits it.
 
+People and channels are shown by name (``bot.slack.names``, given by the composition root):
+in the answer's ``markdown`` blocks, the streamed text, the task cards and the status
+message's note; the answer's ``text`` keeps what the model wrote.
+
 Long output: an answer of more than ``ANSWER_FILE_AFTER`` messages is posted as a file
 with one summary message (``bot.slack.files``); the ending offers a "Full output" button
 for each call whose output the model saw cut (``bot.slack.outputs``).
@@ -54,6 +58,7 @@ from bot.slack.blocks import Progress, ToolLine, ending_message, with_narration
 from bot.slack.blocks import status_message as status_blocks
 from bot.slack.files import ANSWER_FILE_AFTER, ANSWER_FILENAME, post_file, summary
 from bot.slack.job_stream import JobStream
+from bot.slack.names import Names
 from bot.slack.outputs import CUT_AFTER, with_output_buttons
 from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
 from bot.slack.tasks import DISPLAY_MODES, TASK_CARDS, WAITING_FOR_APPROVAL, task_title
@@ -220,12 +225,15 @@ class JobProgress:
         clock: Clock | None = None,
         status_switch: StatusSwitch | None = None,
         task_display: str | None = None,
+        names: Names | None = None,
     ) -> None:
         """``team_id`` (from ``auth.test``) enables Slack's chat streaming (channels need the
         recipient's team); without it a streamed response is shown by editing a message.
         ``task_display`` (``timeline``, ``plan`` or ``off``; default the process's
-        ``OPSLOOP_TASK_DISPLAY``) shows tool steps as task cards in one job stream."""
+        ``OPSLOOP_TASK_DISPLAY``) shows tool steps as task cards in one job stream.
+        ``names``: people and channels by name in what is shown (else by id)."""
         self._client = client
+        self._names = names or Names()
         self._budget = budget
         self.record = record
         self.team_id = team_id
@@ -390,6 +398,7 @@ class JobProgress:
             display=self._display,
             pacing=self._pacing,
             clock=self._clock,
+            names=self._names,
         )
         return self.job_stream
 
@@ -419,7 +428,7 @@ class JobProgress:
         if self.status_ts is not None:
             message = status_blocks(self._progress(), stop_button=STOP_BUTTON)
             if self._narration:
-                message = with_narration(message, self._narration)
+                message = with_narration(message, self._names.render(self._narration))
             self._budget.submit(self.channel, self.status_ts, message)
 
     # -- the model's text while it streams ----------------------------------------------------
@@ -450,6 +459,7 @@ class JobProgress:
                 recipient_team_id=self.team_id,
                 pacing=self._pacing,
                 clock=self._clock,
+                names=self._names,
             )
             self.streams.append(self._stream)
         return self._stream
@@ -467,7 +477,15 @@ class JobProgress:
             steps.text(note.strip() + "\n\n")  # a note between task cards
         elif note is not None:
             self._narration = note
+            self._spawn(self._named_narration(note))
         self._spawn(stream.settle())
+
+    async def _named_narration(self, note: str) -> None:
+        """Look up who the status message's note names, then show it again by name."""
+        before = self._names.render(note)
+        await self._names.prefetch(note)
+        if self._narration == note and self._names.render(note) != before:
+            self._update()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -536,10 +554,12 @@ class JobProgress:
     async def _answer(self, answer: str, shown: str | None) -> None:
         """The answer, exactly once: its first part replaces the streamed message's content
         when there is one (and the edit succeeds), the rest are new messages."""
-        messages = answer_messages(answer, job_id=self.record.id)
+        await self._names.prefetch(answer)
+        render = self._names.render
+        messages = answer_messages(answer, job_id=self.record.id, render=render)
         if len(messages) > ANSWER_FILE_AFTER and await self._answer_file(answer):
             # The whole answer is in the thread as a file: one message summarises it.
-            messages = answer_messages(summary(answer), job_id=self.record.id)[:1]
+            messages = answer_messages(summary(answer), job_id=self.record.id, render=render)[:1]
         if shown is not None and await self._replace(shown, messages[0]):
             messages = messages[1:]
         for message in messages:

@@ -29,6 +29,10 @@ way, so the number of calls is bounded by the pace and the response's duration.
 tool steps as task cards in one chat stream opened at the run's first step, with the same
 pacing and the same one-way fallbacks).
 
+People and channels are shown by name (``bot.slack.names``): what a stream shows is
+Markdown, which renders ``<@U…>`` literally, so every call's text is looked up and rendered
+just before it is sent, and a mention still being written (``<@U01``) waits for its ``>``.
+
 ``ThreadStatus`` keeps ``assistant.threads.setStatus`` up to date (paced, newest wins) and
 turns the process-wide :class:`StatusSwitch` off at the first failure.
 """
@@ -46,6 +50,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.ports import Clock, LoopClock, TimerHandle
 from bot.slack.answers import partial_answer
 from bot.slack.blockkit import MAX_MARKDOWN
+from bot.slack.names import Names, mention_safe_end
 from bot.slack.updates import UpdateBudget
 
 log = logging.getLogger(__name__)
@@ -91,7 +96,17 @@ class PacedWorker:
     _client: AsyncWebClient
     _clock: Clock
     _closing: bool
+    _names: Names | None = None
     _what = "the response"  # for the log, "showing … in <channel> failed"
+
+    async def _named(self, *texts: str) -> None:
+        """Look up the people and channels ``texts`` mention (bounded; never raises)."""
+        if self._names is not None:
+            await self._names.prefetch(*texts)
+
+    def _render(self, text: str) -> str:
+        """``text`` with people and channels by name (those looked up)."""
+        return self._names.render(text) if self._names is not None else text
 
     def _init_worker(self) -> None:
         self._wake = asyncio.Event()
@@ -115,7 +130,8 @@ class PacedWorker:
     async def _post_plain(self, text: str) -> str | None:
         """Post ``text`` as a plain message in the thread (what is edited when streaming
         is not to be had); its ts, or None (and mode ``off``) when Slack refuses."""
-        message = partial_answer(text)
+        await self._named(text)
+        message = partial_answer(text, render=self._render)
         try:
             response = await self._client.chat_postMessage(
                 channel=self.channel,
@@ -184,9 +200,11 @@ class AnswerStream(PacedWorker):
         recipient_team_id: str | None = None,
         pacing: Pacing | None = None,
         clock: Clock | None = None,
+        names: Names | None = None,
     ) -> None:
         self._client = client
         self._budget = budget
+        self._names = names
         self.channel = channel
         self.thread_ts = thread_ts
         self.iteration = iteration
@@ -296,8 +314,14 @@ class AnswerStream(PacedWorker):
             case Mode.STREAM:
                 return await self._step_stream()
             case Mode.UPDATE:
-                return self._step_update()
+                return await self._step_update()
         return None
+
+    def _showable(self, text: str) -> str:
+        """What of the text so far may be shown now: a mention still being written waits."""
+        if self._closing or self._ended:
+            return text
+        return text[: mention_safe_end(text)]
 
     async def _step_waiting(self) -> float | None:
         text, pacing = self._text, self.pacing
@@ -312,18 +336,22 @@ class AnswerStream(PacedWorker):
             wait = self._first_at + pacing.start_after_s - self._clock.monotonic()
             if wait > 0:
                 return wait
-        await self._begin(text[:MAX_STREAM_CALL])
+        first = self._showable(text[:MAX_STREAM_CALL])
+        if not first.strip():
+            return None
+        await self._begin(first)
         return 0
 
     async def _begin(self, text: str) -> None:
         epoch, now = self._epoch, self._clock.monotonic()
         if self._recipients is not None:
             user, team = self._recipients
+            await self._named(text)
             try:
                 response = await self._client.chat_startStream(
                     channel=self.channel,
                     thread_ts=self.thread_ts,
-                    markdown_text=text,
+                    markdown_text=self._render(text),
                     recipient_user_id=user,
                     recipient_team_id=team,
                 )
@@ -347,6 +375,8 @@ class AnswerStream(PacedWorker):
             self._to_update("start over")
             return 0
         pending = self._text[self._sent :][:MAX_STREAM_CALL]
+        if not self._closing:
+            pending = self._showable(self._text[: self._sent + len(pending)])[self._sent :]
         if self._closing:
             if await self._stop(pending or None):
                 self._sent += len(pending)
@@ -362,9 +392,10 @@ class AnswerStream(PacedWorker):
         ):
             return wait
         epoch = self._epoch
+        await self._named(pending)
         try:
             await self._client.chat_appendStream(
-                channel=self.channel, ts=str(self.ts), markdown_text=pending
+                channel=self.channel, ts=str(self.ts), markdown_text=self._render(pending)
             )
         except Exception as exc:
             code = error_code(exc)
@@ -379,6 +410,9 @@ class AnswerStream(PacedWorker):
         return 0
 
     async def _stop(self, text: str | None) -> bool:
+        if text:
+            await self._named(text)
+            text = self._render(text)
         try:
             await self._client.chat_stopStream(
                 channel=self.channel, ts=str(self.ts), markdown_text=text
@@ -394,10 +428,10 @@ class AnswerStream(PacedWorker):
         self.mode = Mode.UPDATE
         self.fallback = self.fallback or reason
 
-    def _step_update(self) -> float | None:
+    async def _step_update(self) -> float | None:
         if self._closing and self._final:
             return None  # the caller writes the final rendering
-        text = self._text
+        text = self._showable(self._text)
         if self._shown_epoch == self._epoch and len(text) <= self._sent:
             return None
         if not text.strip():
@@ -407,7 +441,8 @@ class AnswerStream(PacedWorker):
             wait = self._last_call + self.pacing.append_every_s - now
             if wait > 0:
                 return wait
-        self._budget.submit(self.channel, str(self.ts), partial_answer(text))
+        await self._named(text)
+        self._budget.submit(self.channel, str(self.ts), partial_answer(text, render=self._render))
         self._shown_epoch, self._sent, self._last_call = self._epoch, len(text), now
         return 0
 

@@ -19,6 +19,7 @@ Pure: no Slack calls here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -115,6 +116,26 @@ def task_chunk(
     if output:
         chunk["output"] = cut(" ".join(output.split()), MAX_TASK_FIELD)
     return chunk
+
+
+_TEXT_FIELDS = ("text", "title", "details", "output")
+
+
+def chunk_texts(chunk: dict[str, Any]) -> list[str]:
+    """The texts of a chunk people read (a note, a card's title, details and output)."""
+    return [v for k in _TEXT_FIELDS if isinstance(v := chunk.get(k), str)]
+
+
+def named_chunk(chunk: dict[str, Any], render: Callable[[str], str]) -> dict[str, Any]:
+    """``chunk`` with its texts through ``render`` (people and channels by name); a card's
+    fields stay within Slack's bound."""
+    out = dict(chunk)
+    for name in _TEXT_FIELDS:
+        value = out.get(name)
+        if isinstance(value, str):
+            value = render(value)
+            out[name] = value if name == "text" else cut(value, MAX_TASK_FIELD)
+    return out
 
 
 def plan_chunk(title: str) -> dict[str, Any]:

@@ -57,6 +57,8 @@ SCOPES: dict[str, str | None] = {
     "reactions_add": "reactions:write",
     "conversations_replies": "channels:history",
     "usergroups_users_list": "usergroups:read",
+    "users_info": "users:read",
+    "conversations_info": "channels:read",
     "assistant_threads_setStatus": "assistant:write",
     "assistant_threads_setSuggestedPrompts": "assistant:write",
     "assistant_threads_setTitle": "assistant:write",
