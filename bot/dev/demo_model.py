@@ -14,8 +14,14 @@ call count), with the four demo tools of ``bot.dev.demo_tools``:
 
 A person's message that arrives mid-turn changes the next step: "don't restart, show me
 the logs first" → ``web_logs`` and an answer without a restart until someone asks for
-one again ("restart web", in a later message). Only the turn since the last answer
-counts: a thread's earlier incidents do not. Both the OpenAI and the Anthropic message
+one again ("restart web", in a later message). A message the runtime took in after a
+decided card carries the runtime's note on the true order (``(opsloop: sent at … while
+`web_restart` waited for approval; <@U…> approved it at …, after this message; …)``,
+:class:`ReplyOrder`): the answer says what that note says — sent while the restart
+waited and approved after it, not "already restarted when your message came in", which
+it says only when the message came after the decision (or carries no note). The note is
+never read as the person's words. Only the turn since the last answer counts: a
+thread's earlier incidents do not. Both the OpenAI and the Anthropic message
 formats are read; tool results are the messages with role ``tool`` (or ``tool_result``
 blocks).
 """
@@ -91,6 +97,68 @@ def timeline(messages: Sequence[dict[str, Any]]) -> list[Event]:
         elif role == "user":
             events.append(Event("user", _text(content)))
     return events
+
+
+_NOTE = re.compile(r"\n\n\(opsloop: (?P<note>.*)\)\s*$", re.DOTALL)
+_CLOCK = re.compile(r"\d{2}:\d{2}:\d{2} UTC")
+_PERSON = re.compile(r"<@[A-Z0-9]+>|\bsomeone\b")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyOrder:
+    """The runtime's note on when a person's message was sent, relative to a card's
+    wait and its decision (``bot.agent.reply_order``)."""
+
+    sent_at: str  # "16:01:02 UTC"
+    when: Literal["waiting", "before_ask", "after_decision"]
+    outcome: Literal["approved", "denied", "expired", "stopped"]
+    by: str | None  # "<@UBOB>", when a person decided
+    decided_at: str
+
+    @classmethod
+    def split(cls, text: str) -> tuple[str, ReplyOrder | None]:
+        """(the person's words, the note on their order if the runtime added one)."""
+        found = _NOTE.search(text)
+        if found is None:
+            return text, None
+        note = found["note"]
+        times = _CLOCK.findall(note)
+        outcome: Literal["approved", "denied", "expired", "stopped"] | None = next(
+            (o for o in ("approved", "denied", "expired", "stopped") if f" {o} " in note), None
+        )
+        if len(times) < 2 or outcome is None:
+            return text, None  # not a note this model can read: leave the text alone
+        if " while `" in note:
+            when: Literal["waiting", "before_ask", "after_decision"] = "waiting"
+        elif ", before `" in note:
+            when = "before_ask"
+        else:
+            when = "after_decision"
+        person = _PERSON.search(note)
+        by = person[0] if person and person[0] != "someone" else None
+        words = text[: found.start()]
+        return words, cls(times[0], when, outcome, by, times[-1])
+
+    @property
+    def decider(self) -> str:
+        return self.by or "someone"
+
+    def line(self) -> str:
+        """The true order in one sentence, for the answer."""
+        sent = f"**Your message** (sent at {self.sent_at})"
+        if self.outcome == "expired":
+            done = f"the approval expired at {self.decided_at}"
+        elif self.outcome == "stopped":
+            done = f"{self.decider} stopped the job at {self.decided_at}"
+        else:
+            done = f"{self.decider} {self.outcome} it at {self.decided_at}"
+        if self.when == "waiting":
+            return (
+                f"{sent} came in while the restart waited for approval; {done}, after your message."
+            )
+        if self.when == "before_ask":
+            return f"{sent} came in before I asked to restart web; I read it only after {done}."
+        return f"{sent} came in after {done}."
 
 
 _MENTION = re.compile(r"<[@#!][^>]*>")
@@ -193,6 +261,7 @@ class Turn:
     metrics: list[tuple[int, dict[str, Any] | None]] = field(default_factory=list)
     logs: list[tuple[int, str]] = field(default_factory=list)
     restart: tuple[int, Restart] | None = None
+    order: ReplyOrder | None = None  # the runtime's note on the latest such message
 
     @classmethod
     def read(cls, events: Sequence[Event]) -> Turn:
@@ -202,8 +271,10 @@ class Turn:
         words: list[str] = []
         for i, event in enumerate(events[start:], start):
             if event.kind == "user":
-                words.append(event.text)
-                turn.intent = restart_intent(event.text) or turn.intent
+                said, order = ReplyOrder.split(event.text)
+                words.append(said)
+                turn.intent = restart_intent(said) or turn.intent
+                turn.order = order or turn.order
             elif event.kind == "call":
                 if not spoke:
                     turn.request = "\n".join(words)
@@ -317,17 +388,23 @@ class DemoPolicy:
         r = turn.restart[1] if turn.restart is not None else None
         done = r is not None and r.outcome == "done"
         health, metrics = turn.before_restart()
+        order = turn.order
         if r is not None and done and (asked or intent == "hold"):
-            lead = (
-                f"web had already been restarted (pid {r.old_pid} → {r.new_pid}, approved "
-                f"by {_user(r.approver)}) when your message came in; that cannot be undone."
-            )
+            lead = self.restarted_lead(r, order)
+        elif r is not None and r.outcome == "declined" and order is not None:
+            lead = self.declined_lead(order)
         elif intent == "hold":
             lead = "Understood: I won't restart web."
         else:
             lead = "Sure."
         if asked:
             calls = [_logs_call() if n == LOGS else ScriptedCall(n, {}) for n in asked]
+            if order is not None:
+                shown = " and ".join(
+                    {LOGS: "the logs", METRICS: "the metrics", HEALTH: "the health"}[n]
+                    for n in asked
+                )
+                return Reply(content=f"{lead} Here are {shown} you asked for.", tool_calls=calls)
             shown = " and ".join(
                 {LOGS: "its log", METRICS: "its metrics", HEALTH: "its health"}[n] for n in asked
             )
@@ -339,6 +416,45 @@ class DemoPolicy:
         if intent == "hold":
             return Reply(content=self.hold_answer(turn))
         return None
+
+    @staticmethod
+    def restarted_lead(r: Restart, order: ReplyOrder | None) -> str:
+        """The restart ran; the person's message asked otherwise: when it came, truly."""
+        moved = f"pid {r.old_pid} → {r.new_pid}"
+        if order is not None and order.outcome == "approved" and order.when == "waiting":
+            return (
+                "Your message came in while the restart waited for approval; "
+                f"{order.decider} approved it at {order.decided_at}, after your message, "
+                f"so web was restarted ({moved})."
+            )
+        if order is not None and order.outcome == "approved" and order.when == "before_ask":
+            return (
+                "Your message came in before I asked to restart web, but I read it only "
+                f"after {order.decider} approved the restart at {order.decided_at}, so web "
+                f"was restarted ({moved})."
+            )
+        by = _user(r.approver) if order is None or order.by is None else order.by
+        at = f" at {order.decided_at}" if order is not None else ""
+        return (
+            f"web had already been restarted ({moved}, approved by {by}{at}) when your "
+            "message came in; that cannot be undone."
+        )
+
+    @staticmethod
+    def declined_lead(order: ReplyOrder) -> str:
+        """The restart did not run; the person's message came before or after that."""
+        if order.outcome == "expired":
+            done = f"the approval expired at {order.decided_at}"
+        elif order.outcome == "stopped":
+            done = f"{order.decider} stopped the job at {order.decided_at}"
+        else:
+            done = f"{order.decider} {order.outcome} it at {order.decided_at}"
+        if order.when == "after_decision":
+            return f"Your message came in after {done}: web was not restarted."
+        return (
+            f"Your message came in while the restart waited for approval; {done}, "
+            "so web was not restarted."
+        )
 
     def next_step(self, turn: Turn) -> Reply:
         if turn.restart is not None:
@@ -447,6 +563,8 @@ class DemoPolicy:
         ]
         lines += [f"- {e}" for e in _evidence(health, metrics) + _log_findings(logs)]
         next_step = "" if logs else "read its log (`web_logs`) for what started this, and "
+        if turn.order is not None:
+            lines += ["", turn.order.line()]
         lines += [
             "",
             f"web is still degraded. Next step: {next_step}restart it if users are "
@@ -492,6 +610,12 @@ class DemoPolicy:
             still = "web itself. Next step: read `web_logs` for what keeps it degraded."
         table = ["| | before | after |", "|---|---|---|"]
         table += [f"| {name} | {before} | {after} |" for name, before, after in rows]
+        extra: list[str] = []
+        if turn.order is not None:
+            extra += [turn.order.line(), ""]
+        logs = _log_findings(turn.logs[-1][1] if turn.logs else None)
+        if logs:
+            extra += [f"**Logs you asked for:** {'; '.join(logs).removeprefix('log: ')}.", ""]
         return "\n".join(
             [
                 head,
@@ -501,6 +625,7 @@ class DemoPolicy:
                 f"**Action:** restarted web (pid {restart.old_pid or '—'} → {restart.new_pid}), "
                 f"approved by {_user(restart.approver)}.",
                 "",
+                *extra,
                 f"**Still open:** {still}",
             ]
         )

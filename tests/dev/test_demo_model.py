@@ -293,6 +293,105 @@ def test_correction_after_the_restart_ran_says_so() -> None:
     assert names(chat.ask()) == ["web_health", "web_metrics"]  # then it verifies
 
 
+CORRECTION = "<@UALICE>: don't restart, show me the logs first"
+WHILE_WAITING = (
+    "(opsloop: sent at 16:01:02 UTC while `web_restart` waited for approval; <@UBOB> "
+    "approved it at 16:01:47 UTC, after this message; the call has run and its result is above)"
+)
+
+
+def restarted_then(reply: str) -> tuple[Conversation, Reply]:
+    """Up to the approved restart's result, then ``reply`` as the history holds it."""
+    chat, proposal = degraded_until_restart()
+    chat.take(
+        proposal, {"web_restart": "restarted web: pid 4242 → 4388, healthy (approved by UBOB)"}
+    )
+    chat.user(reply)
+    return chat, chat.ask()
+
+
+def test_a_reply_sent_while_the_restart_waited_is_answered_in_its_true_order() -> None:
+    chat, logs = restarted_then(f"{CORRECTION}\n\n{WHILE_WAITING}")
+
+    assert names(logs) == ["web_logs"]
+    lead = logs.content or ""
+    assert lead.startswith(
+        "Your message came in while the restart waited for approval; <@UBOB> approved it "
+        "at 16:01:47 UTC, after your message, so web was restarted (pid 4242 → 4388)."
+    ), lead
+    assert "already" not in lead and "when your message came in" not in lead
+    assert lead.endswith("Here are the logs you asked for.")
+
+    chat.take(logs, {"web_logs": LOGS})
+    answer = chat.step(web_health=HEALTH_OK, web_metrics=METRICS_OK)
+    text = answer.content or ""
+    assert text.startswith("**web is healthy again.**")
+    assert (
+        "**Your message** (sent at 16:01:02 UTC) came in while the restart waited for "
+        "approval; <@UBOB> approved it at 16:01:47 UTC, after your message."
+    ) in text
+    assert "**Logs you asked for:** 1 failed and 1 slow requests in the last 3 lines" in text
+    assert "already" not in text
+
+
+@pytest.mark.parametrize(
+    ("note", "lead"),
+    [
+        (
+            "(opsloop: sent at 16:00:58 UTC, before `web_restart` asked for approval at "
+            "16:01:00 UTC; read only now, after <@UBOB> approved it at 16:01:47 UTC; the "
+            "call has run and its result is above)",
+            "Your message came in before I asked to restart web, but I read it only after "
+            "<@UBOB> approved the restart at 16:01:47 UTC, so web was restarted "
+            "(pid 4242 → 4388).",
+        ),
+        (
+            "(opsloop: sent at 16:01:50 UTC, after <@UBOB> approved `web_restart` at 16:01:47 UTC)",
+            "web had already been restarted (pid 4242 → 4388, approved by <@UBOB> at "
+            "16:01:47 UTC) when your message came in; that cannot be undone.",
+        ),
+    ],
+)
+def test_a_reply_read_after_the_restart_says_when_it_came(note: str, lead: str) -> None:
+    _, logs = restarted_then(f"{CORRECTION}\n\n{note}")
+    assert names(logs) == ["web_logs"]
+    assert (logs.content or "").startswith(lead), logs.content
+
+
+def test_a_reply_sent_while_the_restart_waited_then_denied_says_so() -> None:
+    chat, proposal = degraded_until_restart()
+    chat.take(proposal, {"web_restart": "Error: declined: denied by <@UBOB>"})
+    note = (
+        "(opsloop: sent at 16:01:02 UTC while `web_restart` waited for approval; <@UBOB> "
+        "denied it at 16:01:47 UTC, after this message; the call did not run)"
+    )
+    chat.user(f"{CORRECTION}\n\n{note}")
+    logs = chat.ask()
+    assert names(logs) == ["web_logs"]
+    assert (logs.content or "").startswith(
+        "Your message came in while the restart waited for approval; <@UBOB> denied it at "
+        "16:01:47 UTC, so web was not restarted."
+    ), logs.content
+    chat.take(logs, {"web_logs": LOGS})
+    text = chat.ask().content or ""
+    assert text.startswith("**I did not restart web**")
+    assert (
+        "**Your message** (sent at 16:01:02 UTC) came in while the restart waited for "
+        "approval; <@UBOB> denied it at 16:01:47 UTC, after your message."
+    ) in text
+
+
+def test_a_runtime_note_is_not_read_as_the_persons_words() -> None:
+    # The note names the tool (``web_restart``) and says "the call has run": neither is
+    # a person asking for a restart.
+    chat, proposal = degraded_until_restart()
+    chat.take(proposal, {"web_restart": DECLINED})
+    chat.user(f"<@UALICE>: thanks\n\n{WHILE_WAITING}")
+    answer = chat.ask()
+    assert answer.tool_calls == ()
+    assert (answer.content or "").startswith("**I did not restart web**")
+
+
 def test_healthy_service_is_not_restarted() -> None:
     chat = Conversation().user(REQUEST)
 
