@@ -9,6 +9,9 @@ there) plus Slack's other direction and a page for people, all on one aiohttp se
     ts = await emulator.post_as("UALICE", "@opsloop is web down?")
     status = await emulator.click_as("UBOB", "C0INCIDENT", card_ts, "opsloop_approve", value)
 
+The fake Web API knows the workspace's people and its channel by name, as Slack does:
+``users.info`` answers each dev user's display name, ``conversations.info`` the channel's.
+
 This module owns the workspace's state and when things happen; the parts live beside it:
 
 - ``bot.dev.people``: the dev users and what Slack's client makes of typed text.
@@ -139,12 +142,17 @@ class Emulator(FakeSlack):
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        super().__init__(host=host)
+        people = Composer(users)  # ValueError for a bad set, before anything starts
+        super().__init__(
+            host=host,
+            users={u.id: u.name for u in people.users},
+            channels={channel_id: channel_name},
+        )
         if not signing_secret:
             raise ValueError("the signing secret must not be empty")
-        self._people = Composer(users)
+        self._people = people
         self.signing_secret = signing_secret
-        self.users: tuple[DevUser, ...] = self._people.users
+        self.people: tuple[DevUser, ...] = people.users
         self.channel_id = channel_id
         self.channel_name = channel_name
         self.model_label = model_label
@@ -352,7 +360,7 @@ class Emulator(FakeSlack):
         return {
             "channel": {"id": self.channel_id, "name": self.channel_name},
             "bot": {"id": BOT_USER_ID, "name": BOT_NAME, "bot_id": BOT_ID},
-            "users": [{"id": u.id, "name": u.name, "role": u.role} for u in self.users],
+            "users": [{"id": u.id, "name": u.name, "role": u.role} for u in self.people],
             "model_label": self.model_label,
         }
 

@@ -1,6 +1,9 @@
 """The people of the emulator and what Slack's client makes of what they type.
 
-:class:`DevUser` is a person the page can act as. :class:`Composer` checks a set of them
+:class:`DevUser` is a person the page can act as; :data:`DEV_USERS` are the dev
+workspace's (alice asks, bob approves — :data:`APPROVERS` —, mallory may not), whom the
+page's hint introduces and whose names the fake Slack answers ``users.info`` with.
+:class:`Composer` checks a set of them
 and turns typed text into what Slack's client sends (:meth:`Composer.compose`): ``&``,
 ``<`` and ``>`` escaped, ``@name`` of a dev user or of the bot (``@opsloop``) and an
 already written ``<@U…>`` of a known id as mentions; :func:`rich_text` is the block
@@ -28,6 +31,15 @@ class DevUser:
     id: str  # e.g. "UALICE"
     name: str  # "alice"
     role: str  # shown in the switcher, e.g. "requester", "approver", "stranger"
+
+
+# The people on the page's switcher: who asks, who may approve, who may not.
+DEV_USERS: tuple[DevUser, ...] = (
+    DevUser("UALICE", "alice", "requester"),
+    DevUser("UBOB", "bob", "approver"),
+    DevUser("UMALLORY", "mallory", "stranger"),
+)
+APPROVERS = ",".join(u.id for u in DEV_USERS if u.role == "approver")  # OPSLOOP_APPROVERS
 
 
 def slack_escape(text: str) -> str:
@@ -106,4 +118,12 @@ def rich_text(text: str) -> dict[str, Any]:
     }
 
 
-__all__ = ["Composer", "DevUser", "rich_text", "slack_escape", "slack_unescape"]
+__all__ = [
+    "APPROVERS",
+    "DEV_USERS",
+    "Composer",
+    "DevUser",
+    "rich_text",
+    "slack_escape",
+    "slack_unescape",
+]

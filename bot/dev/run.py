@@ -39,14 +39,6 @@ BOT_START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 DEV_DRAIN_S = "3"  # seconds the bot may drain on Ctrl-C, inside STOP_TIMEOUT_S
 
-# The people on the page's switcher: who asks, who may approve, who may not.
-USERS = (
-    ("UALICE", "alice", "requester"),
-    ("UBOB", "bob", "approver"),
-    ("UMALLORY", "mallory", "stranger"),
-)
-APPROVERS = "UBOB"
-
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -83,7 +75,8 @@ class DevStack:
     managed_redis_url: str = ""  # the managed redis-server's address, when it is ours
 
     async def start(self) -> None:
-        from bot.dev.emulator import DevUser, Emulator
+        from bot.dev.emulator import Emulator
+        from bot.dev.people import APPROVERS, DEV_USERS
         from bot.emulator.redis_server import ManagedRedis
 
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -127,7 +120,7 @@ class DevStack:
         secret = secrets.token_hex(16)
         emulator = Emulator(
             signing_secret=secret,
-            users=[DevUser(id=i, name=n, role=r) for i, n, r in USERS],
+            users=DEV_USERS,
             model_label=label,
             port=port,
         )
