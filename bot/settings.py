@@ -2,13 +2,19 @@
 
 Each group is a pydantic-settings model with the exact variable names of the README's
 configuration table; defaults are named constants. A missing or malformed variable
-becomes a ``ConfigError`` naming it (the CLI prints that one line and exits).
+becomes a ``ConfigError`` naming it (``load_*_settings``, for code that needs one group);
+``examine`` reads every group in one pass and returns every ``Problem`` at once, each
+beside what its variable is for (``PURPOSES``), for the commands a newcomer starts with
+(``opsloop check``, ``serve``, ``socket``: ``bot/cli/settings_problems.py`` prints them).
 """
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -146,10 +152,41 @@ class ToolSettings(BaseSettings):
         return [p.strip() for p in self.packs.split(",") if p.strip()]
 
 
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One missing or invalid variable: its name and what is wrong (never its value)."""
+
+    variable: str
+    message: str
+
+    @classmethod
+    def of(cls, text: str) -> Problem:
+        """From a ``ConfigError``'s ``NAME: what is wrong``."""
+        variable, _, message = text.partition(": ")
+        return cls(variable, message) if message else cls("configuration", text)
+
+    @property
+    def text(self) -> str:
+        return f"{self.variable}: {self.message}"
+
+    def line(self) -> str:
+        """``NAME: what is wrong — what the variable is for``."""
+        purpose = PURPOSES.get(self.variable)
+        return f"{self.text} — {purpose}" if purpose else self.text
+
+
+def _problems(exc: ValidationError) -> list[Problem]:
+    return [
+        Problem(
+            ".".join(str(p) for p in err["loc"]) or "configuration",
+            err["msg"].removeprefix("Value error, "),
+        )
+        for err in exc.errors()
+    ]
+
+
 def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    name = ".".join(str(p) for p in err["loc"]) or "configuration"
-    return f"{name}: {err['msg'].removeprefix('Value error, ')}"
+    return _problems(exc)[0].text
 
 
 def load_llm_settings() -> LLMSettings:
@@ -165,6 +202,33 @@ def load_tool_settings() -> ToolSettings:
         return ToolSettings()
     except ValidationError as exc:
         raise ConfigError(_first_error(exc)) from None
+
+
+def redis_topology_problems(
+    mode: str, sentinels: str, master: str | None, url: str | None
+) -> list[Problem]:
+    """What ``OPSLOOP_REDIS_MODE`` needs and is missing (every problem, not the first)."""
+    found: list[Problem] = []
+    if mode == "sentinel":
+        if not sentinels.strip(" ,"):
+            found.append(Problem("REDIS_SENTINELS", "required with OPSLOOP_REDIS_MODE=sentinel"))
+        if not master:
+            found.append(
+                Problem("REDIS_SENTINEL_MASTER", "required with OPSLOOP_REDIS_MODE=sentinel")
+            )
+    elif mode == "cluster":
+        if url is None:
+            found.append(
+                Problem(
+                    "REDIS_URL",
+                    "required with OPSLOOP_REDIS_MODE=cluster (any node of the cluster)",
+                )
+            )
+        elif url.startswith("unix://"):
+            found.append(
+                Problem("REDIS_URL", "a cluster is reached over TCP (redis:// or rediss://)")
+            )
+    return found
 
 
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
@@ -284,25 +348,13 @@ class BotSettings(BaseSettings):
         optional (``redis://``: no TLS, no password): only its scheme, user, password and
         database are used. Raised as ``ConfigError`` naming the variable (this check
         spans fields, so pydantic's error would name none)."""
-        mode = self.redis_mode
-        if mode == "sentinel":
-            if not self.redis_sentinels.strip(" ,"):
-                raise ConfigError("REDIS_SENTINELS: required with OPSLOOP_REDIS_MODE=sentinel")
-            if not self.redis_sentinel_master:
-                raise ConfigError(
-                    "REDIS_SENTINEL_MASTER: required with OPSLOOP_REDIS_MODE=sentinel"
-                )
-            if self.redis_url is None:
-                self.redis_url = "redis://"
-        elif mode == "cluster":
-            if self.redis_url is None:
-                raise ConfigError(
-                    "REDIS_URL: required with OPSLOOP_REDIS_MODE=cluster (any node of the cluster)"
-                )
-            if self.redis_url.startswith("unix://"):
-                raise ConfigError(
-                    "REDIS_URL: a cluster is reached over TCP (redis:// or rediss://)"
-                )
+        found = redis_topology_problems(
+            self.redis_mode, self.redis_sentinels, self.redis_sentinel_master, self.redis_url
+        )
+        if found:
+            raise ConfigError(found[0].text)
+        if self.redis_mode == "sentinel" and self.redis_url is None:
+            self.redis_url = "redis://"
         return self
 
     @field_validator("slack_api_url")
@@ -377,3 +429,144 @@ def load_otel_settings() -> OtelSettings:
         return OtelSettings()
     except ValidationError as exc:
         raise ConfigError(_first_error(exc)) from None
+
+
+# -- every problem at once ----------------------------------------------------------------
+
+# What each variable is for, one line each: ``opsloop check`` and ``serve`` print it beside a
+# missing or invalid variable (the README's configuration reference says more).
+PURPOSES: Mapping[str, str] = {
+    "SLACK_BOT_TOKEN": "the app's bot token (xoxb-…), from its OAuth & Permissions page",
+    "SLACK_SIGNING_SECRET": "proves a request came from Slack (the app's Basic Information)",
+    "SLACK_APP_TOKEN": "Socket Mode's app-level token (xapp-…) with connections:write",
+    "SLACK_API_URL": "the Slack Web API base URL",
+    "REDIS_URL": "the Redis that holds jobs, history and approvals (redis://, rediss://, unix://)",
+    "OPSLOOP_REDIS_PREFIX": "the prefix of every Redis key",
+    "OPSLOOP_REDIS_MODE": "the Redis topology: standalone, cluster or sentinel",
+    "REDIS_SENTINELS": "sentinel mode: the sentinels, host:port,…",
+    "REDIS_SENTINEL_MASTER": "sentinel mode: the name of the master the sentinels watch",
+    "OPSLOOP_REDIS_MIN_REPLICAS": "replicas each acknowledged write waits for",
+    "OPSLOOP_MAX_RUNNING_JOBS": "jobs one process runs at once",
+    "OPSLOOP_APPROVERS": "user ids (U…) and user group ids (S…) who may approve a change",
+    "OPSLOOP_ALLOWED_BOTS": "bot ids (B…) whose mentions and replies are taken like a person's",
+    "OPSLOOP_MAX_ITERATIONS": "a job's limit on model calls",
+    "OPSLOOP_DEADLINE_S": "a job's limit on active time, in seconds",
+    "OPSLOOP_TOKEN_BUDGET": "a job's limit on model tokens",
+    "OPSLOOP_APPROVAL_TTL_S": "how long an approval card stays valid, in seconds",
+    "OPSLOOP_DRAIN_S": "on SIGTERM, how long running jobs get to hand over, in seconds",
+    "OPSLOOP_APPROVAL_REMIND_S": "when a still pending card is recalled in its thread (0: never)",
+    "OPSLOOP_SYSTEM_PROMPT": "a file replacing the built-in incident-response prompt",
+    "OPSLOOP_TASK_DISPLAY": "how a job's tool steps show: timeline, plan or off",
+    "OPSLOOP_SUGGESTED_PROMPTS": "the assistant pane's suggested prompts, | between them",
+    "OPSLOOP_APPROVAL_CHANNEL": "a channel (C…) for the cards of jobs asked for in the pane",
+    "OPSLOOP_AUDIT_RETENTION_DAYS": "how long the audit log keeps an entry, in days",
+    "OPSLOOP_AUDIT_CHANNEL": "a channel (C…) that also gets every decision and write",
+    "OPSLOOP_DAILY_TOKEN_BUDGET": "the workspace's daily cap on model tokens",
+    "OPSLOOP_DAILY_COST_USD": "the workspace's daily cap on model cost, in US dollars",
+    "OPSLOOP_JOBS_PER_USER_HOUR": "new jobs one person may start per hour (0: no limit)",
+    "OPSLOOP_PRICES": "a file of per-model prices for models the price table does not know",
+    "HOST": "the address serve listens on",
+    "PORT": "the port serve listens on (socket: health and metrics)",
+    "LLM_PROVIDER": "the model API: openai (any OpenAI-compatible endpoint) or anthropic",
+    "LLM_BASE_URL": "the model endpoint's base URL",
+    "LLM_API_KEY": "the model endpoint's API key",
+    "LLM_MODEL": "the name of the model that investigates (gpt-4o, claude-sonnet-4-5, …)",
+    "LLM_FALLBACK_MODELS": "models tried in turn when the primary fails, comma-separated",
+    "OPENAI_BASE_URL": "the endpoint of openai:NAME fallbacks",
+    "OPENAI_API_KEY": "the key of openai:NAME fallbacks",
+    "ANTHROPIC_BASE_URL": "the endpoint of anthropic:NAME fallbacks",
+    "ANTHROPIC_API_KEY": "the key of anthropic:NAME fallbacks",
+    "OPSLOOP_MAX_OUTPUT_TOKENS": "the most output one model call may write",
+    "LLM_CONTEXT_TOKENS": "the model's context size, in tokens",
+    "OPSLOOP_CONDENSE_AT": "the share of the context (0 to 1) at which history is condensed",
+    "LLM_TEMPERATURE": "the model's sampling temperature (0 to 2)",
+    "LLM_CONNECT_TIMEOUT_S": "how long connecting to the model endpoint may take, in seconds",
+    "LLM_READ_TIMEOUT_S": "how long the model endpoint may stay silent, in seconds",
+    "LLM_REQUEST_TIMEOUT_S": "how long one model request may take in all, in seconds",
+    "LLM_MAX_CONNECTIONS": "connections open to the model endpoints at most",
+    "LLM_STREAM": "stream model answers (0 for endpoints that cannot)",
+    "OPSLOOP_TOOLS": "a tools.yml: your own tools and per-channel allowlists",
+    "OPSLOOP_PACKS": "built-in tool packs to enable, e.g. host,http",
+    "OPSLOOP_HTTP_ALLOW": "the hosts http tools may reach",
+    "OPSLOOP_LOG_DIRS": "the directories the host pack may tail logs in",
+    "PROMETHEUS_URL": "the prometheus pack's server",
+    "ALERTMANAGER_URL": "the alertmanager pack's server",
+    "SUPERVISOR_URL": "the supervisor pack's XML-RPC endpoint",
+    "OPSLOOP_K8S_CONTEXT": "the kubernetes pack's kubeconfig context",
+    "OPSLOOP_K8S_NAMESPACES": "the only namespaces the kubernetes pack may touch",
+    "POSTGRES_URL": "the postgres pack's database",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "where OpenTelemetry traces are sent (OTLP/HTTP)",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "where OpenTelemetry traces are sent, traces only",
+    "OTEL_TRACES_EXPORTER": "otlp turns traces on, none off",
+    "OTEL_SDK_DISABLED": "true turns OpenTelemetry off",
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "put message text in the traces",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Examined:
+    """Every settings group as far as it could be read (``None``: invalid), and every
+    problem found."""
+
+    bot: BotSettings | None
+    llm: LLMSettings | None
+    tools: ToolSettings | None
+    otel: OtelSettings | None
+    problems: list[Problem]
+
+
+def examine(*, required: Sequence[str] = ()) -> Examined:
+    """Every settings group read in one pass, with every problem found — the ``required``
+    variables that are unset, then each group's invalid values, then what the Redis
+    topology lacks — each variable once (its first problem)."""
+    invalid: list[Problem] = []
+    bot = _read(BotSettings, invalid)
+    llm, tools = _read(LLMSettings, invalid), _read(ToolSettings, invalid)
+    otel = _read(OtelSettings, invalid)
+    sentinel = _raw("OPSLOOP_REDIS_MODE") == "sentinel"
+    if bot is None:  # its fields failed, so its topology check did not run: run it here
+        invalid += redis_topology_problems(
+            _raw("OPSLOOP_REDIS_MODE") or "standalone",
+            _raw("REDIS_SENTINELS") or "",
+            _raw("REDIS_SENTINEL_MASTER"),
+            _raw("REDIS_URL"),
+        )
+    read = [g for g in (bot, llm, tools, otel) if g is not None]
+    missing = [
+        Problem(name, "required")
+        for name in dict.fromkeys(required)
+        if _unset(name, read, sentinel=sentinel)
+    ]
+    found: dict[str, Problem] = {}
+    for problem in [*missing, *invalid]:
+        found.setdefault(problem.variable, problem)
+    return Examined(bot, llm, tools, otel, list(found.values()))
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def _read(model: type[S], problems: list[Problem]) -> S | None:
+    """One group, or ``None`` with its problems added to ``problems``."""
+    try:
+        return model()
+    except ValidationError as exc:
+        problems += _problems(exc)
+    except ConfigError as exc:  # BotSettings' topology, its fields being valid
+        problems.append(Problem.of(str(exc)))
+    return None
+
+
+def _raw(name: str) -> str | None:
+    """A variable as set (empty is unset), for the checks a failed group could not run."""
+    return os.environ.get(name) or None
+
+
+def _unset(name: str, groups: Sequence[BaseSettings], *, sentinel: bool) -> bool:
+    for group in groups:
+        for field, info in type(group).model_fields.items():
+            if info.alias == name:
+                return getattr(group, field) in (None, "")
+    if name == "REDIS_URL" and sentinel:  # sentinel mode finds the master without it
+        return False
+    return _raw(name) is None

@@ -2,12 +2,14 @@
 init container).
 
 It reads the same environment as ``serve`` (or ``socket`` with ``--mode socket``) and
-checks, without changing anything: the settings; Redis (PING, version, durability); Slack
-(``auth.test`` with the bot token; in Socket Mode the app token's shape); each model
-endpoint of the chain (``GET …/models``, which spends no tokens); the tool catalogue, built
-exactly as ``serve`` builds it; and each enabled pack's backend (a read-only probe). One
-line per check, ``ok``, ``warn`` or ``FAIL``, then a summary. Exit 0 when nothing failed,
-1 when a check failed, 2 for a settings error (one line, as ``serve`` prints it).
+checks, without changing anything: the settings, every problem in them listed at once
+(``bot.cli.settings_problems``, exit 2, as ``serve`` lists them), and who may approve
+(``OPSLOOP_APPROVERS`` unset is a warning: anyone in the workspace may); Redis (PING,
+version, durability); Slack (``auth.test`` with the bot token; in Socket Mode the app
+token's shape); each model endpoint of the chain (``GET …/models``, which spends no
+tokens); the tool catalogue, built exactly as ``serve`` builds it; and each enabled pack's
+backend (a read-only probe). One line per check, ``ok``, ``warn`` or ``FAIL``, then a
+summary. Exit 0 when nothing failed, 1 when a check failed, 2 for settings to fix.
 
 What it owns is the checks and their verdicts; how each backend is reached is reused from
 its owner (the store's ``connect``, slack-sdk, ``parse_chain`` and ``make_http_client``,
@@ -37,12 +39,12 @@ import httpx
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import logs, settings
+from bot import logs
+from bot.cli.settings_problems import REQUIRED, Mode, gather, report
 from bot.errors import ConfigError, StoreError, ToolError
 from bot.llm import anthropic, openai
-from bot.llm.chain import PREFIXES, ModelSpec, parse_chain
+from bot.llm.chain import PREFIXES, ModelSpec
 from bot.llm.http import make_http_client
-from bot.prompts import load_system_prompt
 from bot.scrub import Scrubber
 from bot.settings import BotSettings, LLMSettings, ToolSettings
 from bot.store.connection import (
@@ -56,13 +58,12 @@ from tools.packs import PackConfig
 from tools.packs.supervisor_rpc import SupervisorClient
 from tools.registry import BUILTIN, open_catalog
 
-Mode = Literal["serve", "socket"]
 T = TypeVar("T")
 
-REQUIRED: dict[Mode, tuple[str, ...]] = {
-    "serve": ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "REDIS_URL"),
-    "socket": ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "REDIS_URL"),
-}
+NO_APPROVERS = (
+    "OPSLOOP_APPROVERS is not set: anyone in the workspace may approve a change "
+    "(set it to the user ids U… and user group ids S… who may)"
+)
 REDIS_TIMEOUT_S = 2.0
 HTTP_TIMEOUT_S = 5.0  # Slack, each model endpoint, each pack backend
 PROBE_TIMEOUT_S = 10.0  # a pack's own probe (it bounds its own requests more tightly)
@@ -92,6 +93,7 @@ class Config:
     bot: BotSettings
     llm: LLMSettings
     tools: ToolSettings
+    chain: Sequence[ModelSpec] = ()
 
 
 @dataclass(slots=True)
@@ -104,23 +106,17 @@ class Endpoint:
     models: list[tuple[str, str]] = field(default_factory=list)  # (variable, model name)
 
 
-def check_settings(config: Config) -> tuple[Verdict, Sequence[ModelSpec]]:
-    """The model chain and the system prompt, which ``serve`` reads at start (the required
-    variables are set: ``main`` exits 2 before this otherwise)."""
-    problems: list[str] = []
-    chain: Sequence[ModelSpec] = ()
-    try:
-        chain = parse_chain(config.llm)
-    except ConfigError as exc:
-        problems.append(str(exc))
-    try:
-        load_system_prompt(config.bot.system_prompt_file)
-    except ConfigError as exc:
-        problems.append(str(exc))
-    if problems:
-        return fail("settings", "; ".join(problems)), chain
-    names = ", ".join([*REQUIRED[config.mode], "LLM_MODEL"])
-    return ok("settings", f"{config.mode} has {names}"), chain
+def check_settings(config: Config) -> list[Verdict]:
+    """What ``main`` found in the settings (every problem stops it before this, exit 2),
+    and who may approve: nobody named is a warning, since then anyone may."""
+    names = ", ".join(REQUIRED[config.mode])
+    found = [ok("settings", f"{config.mode} has {names}")]
+    approvers = config.bot.approver_ids
+    if approvers:
+        found.append(ok("approvers", f"only {', '.join(approvers)} may approve a change"))
+    else:
+        found.append(warn("approvers", NO_APPROVERS))
+    return found
 
 
 MIN_REDIS = (7, 0)
@@ -395,12 +391,11 @@ async def check_pack_probe(pack: str, config: PackConfig) -> list[Verdict]:
 async def run(config: Config, emit: Callable[[str], None]) -> int:
     """Every check started at once, each line emitted in order as soon as it is known;
     the exit status."""
-    settings_line, chain = check_settings(config)
     groups: list[Awaitable[list[Verdict]]] = [
-        _now([settings_line]),
+        _now(check_settings(config)),
         check_redis(RedisTarget.of(config.bot)),
         check_slack(config),
-        check_models(config, chain) if chain else _now([]),  # settings says why not
+        check_models(config, config.chain),
         check_tools(config.tools),
         *pack_checks(config.tools),
     ]
@@ -457,14 +452,13 @@ def _reason(exc: BaseException) -> str:
 
 
 def main(*, mode: Mode = "serve") -> int:
-    """``opsloop check``: print the checklist; 0 all passed, 1 a check failed, 2 settings."""
-    try:
-        bot, llm = settings.load_bot_settings(), settings.load_llm_settings()
-        tools = settings.load_tool_settings()
-        bot.require(*REQUIRED[mode])
-    except ConfigError as exc:
-        print(f"opsloop: {exc}", file=sys.stderr)
+    """``opsloop check``: print the checklist; 0 all passed, 1 a check failed, 2 settings
+    (every problem listed at once)."""
+    ready = gather(mode)
+    if isinstance(ready, list):
+        print(report(ready, mode), file=sys.stderr)
         return 2
+    bot, llm, tools = ready.bot, ready.llm, ready.tools
     # The last net, as for the bot's logs: its secrets by value (and the packs' passwords).
     secrets = [*bot.secret_values(), *llm.secret_values(), *tools.secret_values()]
     logs.configure(secrets=secrets, level=logging.WARNING)
@@ -473,4 +467,4 @@ def main(*, mode: Mode = "serve") -> int:
     def emit(line: str) -> None:
         print(scrub(line), flush=True)
 
-    return asyncio.run(run(Config(mode, bot, llm, tools), emit))
+    return asyncio.run(run(Config(mode, bot, llm, tools, ready.chain), emit))

@@ -18,6 +18,7 @@ from bot.emulator.kube_api import FakeKube
 from bot.emulator.postgres_server import PASSWORDS, PgCluster
 from bot.emulator.redis_server import ManagedRedis, free_port
 from bot.emulator.slack import FakeSlack
+from bot.settings import PURPOSES
 from tests.tools.packs.backends import (  # noqa: F401  (alertmanager_server is a fixture)
     AlertmanagerServer,
     alertmanager_server,
@@ -368,32 +369,24 @@ async def test_anthropic_and_fallback_endpoints_are_each_checked_with_their_own_
     )
 
 
-async def test_a_missing_variable_exits_2_with_one_line(
+async def test_a_missing_variable_exits_2_naming_it(
     slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
 ) -> None:
     env = environment(slack, redis_server, model, SLACK_SIGNING_SECRET=None)
     checked = await opsloop_check(env, cwd=tmp_path)
     assert (checked.code, checked.out) == (2, "")
-    assert checked.err == "opsloop: SLACK_SIGNING_SECRET: required\n"
+    assert checked.err.splitlines()[:2] == [
+        "opsloop: 1 setting to fix before `opsloop serve` can start:",
+        f"  SLACK_SIGNING_SECRET: required — {PURPOSES['SLACK_SIGNING_SECRET']}",
+    ]
 
-    env = environment(slack, redis_server, model, OPSLOOP_MAX_ITERATIONS="many")
+    env = environment(slack, redis_server, model, OPSLOOP_MAX_ITERATIONS="many", LLM_MODEL=None)
     checked = await opsloop_check(env, cwd=tmp_path)
     assert (checked.code, checked.out) == (2, "")
-    assert checked.err.startswith("opsloop: OPSLOOP_MAX_ITERATIONS: ")
-    assert checked.err.count("\n") == 1
+    assert checked.err.startswith("opsloop: 2 settings to fix"), checked.err
+    assert "  LLM_MODEL: required — " in checked.err, checked.err
+    assert "  OPSLOOP_MAX_ITERATIONS: " in checked.err, checked.err
     assert slack.calls == [] and model.requests == []  # nothing else was checked
-
-
-async def test_a_missing_model_name_fails_the_settings(
-    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
-) -> None:
-    checked = await opsloop_check(
-        environment(slack, redis_server, model, LLM_MODEL=None), cwd=tmp_path
-    )
-    assert checked.code == 1, checked
-    assert checked.line("settings").startswith("FAIL  settings: LLM_MODEL: required")
-    assert not any(line[6:].startswith("model") for line in checked.lines)
-    assert checked.lines[-1] == "1 check failed"
 
 
 async def test_socket_mode_needs_the_app_token_not_the_signing_secret(
@@ -417,7 +410,8 @@ async def test_socket_mode_needs_the_app_token_not_the_signing_secret(
 
     env = environment(slack, redis_server, model, SLACK_SIGNING_SECRET=None)
     checked = await opsloop_check(env, "--mode", "socket", cwd=tmp_path)
-    assert (checked.code, checked.err) == (2, "opsloop: SLACK_APP_TOKEN: required\n")
+    assert checked.code == 2, checked
+    assert checked.err.splitlines()[1].startswith("  SLACK_APP_TOKEN: required — "), checked
 
 
 async def test_pack_backends_down_fail_each_in_its_own_line(
@@ -460,3 +454,22 @@ async def test_a_pack_without_its_backend_url_fails_the_tools(
         "FAIL  tools: PROMETHEUS_URL is required for the prometheus pack"
     )
     assert not any(line[6:].startswith("pack prometheus") for line in checked.lines)
+
+
+async def test_no_approvers_is_a_warning_that_anyone_may_approve(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    checked = await opsloop_check(environment(slack, redis_server, model), cwd=tmp_path)
+    assert checked.code == 0, checked  # a warning: the exit status is unchanged
+    assert checked.line("approvers") == (
+        "warn  approvers: OPSLOOP_APPROVERS is not set: anyone in the workspace may approve "
+        "a change (set it to the user ids U… and user group ids S… who may)"
+    )
+    assert checked.lines[-1] == f"all {len(checked.lines) - 1} checks passed"
+
+    env = environment(slack, redis_server, model, OPSLOOP_APPROVERS="U0BOB, S0ONCALL")
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 0, checked
+    assert checked.line("approvers") == (
+        "ok    approvers: only U0BOB, S0ONCALL may approve a change"
+    )
