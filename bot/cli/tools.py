@@ -4,7 +4,9 @@
                                                    name, category, parallel, timeout,
                                                    source, description (an MCP tool's
                                                    category says why); --json: one JSON
-                                                   list of them, the whole description
+                                                   list of them, the whole description;
+                                                   with nothing configured, the built-in
+                                                   packs and a line to try instead
     opsloop tools check FILE                       validate a tools.yml (exit 2 if bad)
     opsloop tools run NAME key=value … [--file F] [--confirmed-by U…] [--yes]
                                                    [--unrecorded]
@@ -65,7 +67,7 @@ from bot.store.connection import RedisTarget, connect
 from bot.store.jobs import JobRecord
 from bot.store.keys import Keys
 from bot.store.trace import TraceRecorder
-from tools.packs import PACK_TOOLS, PackConfig
+from tools.packs import PACK_NAMES, PACK_TOOLS, PackConfig
 from tools.registry import Catalog, build_catalog, connect_mcp, open_catalog
 
 log = logging.getLogger(__name__)
@@ -120,9 +122,40 @@ async def _main(
         await catalog.aclose()
 
 
+# What each built-in pack needs besides its name in OPSLOOP_PACKS (its tools are listed
+# from ``PACK_TOOLS``): shown when nothing is configured.
+PACK_NEEDS: Mapping[str, str] = {
+    "host": "nothing (log tails: OPSLOOP_LOG_DIRS)",
+    "http": "nothing (OPSLOOP_HTTP_ALLOW limits the hosts)",
+    "prometheus": "PROMETHEUS_URL",
+    "alertmanager": "ALERTMANAGER_URL",
+    "supervisor": "SUPERVISOR_URL",
+    "kubernetes": "a kubeconfig, the kubernetes extra",
+    "postgres": "POSTGRES_URL, the postgres extra",
+}
+EXAMPLE = "OPSLOOP_PACKS=host,http opsloop tools list"
+
+
+def no_tools_hint() -> str:
+    """What to set when there are no tools: every built-in pack, then a line to try."""
+    width = max(len(name) for name in PACK_NAMES)
+    lines = [
+        "No tools configured: the model could only talk. Enable built-in packs with",
+        "OPSLOOP_PACKS (comma-separated) and/or your own tools with OPSLOOP_TOOLS (a tools.yml).",
+        "",
+        "Built-in packs:",
+    ]
+    lines += [
+        f"  {name:<{width}}  needs {PACK_NEEDS[name]}: {', '.join(PACK_TOOLS[name])}"
+        for name in PACK_NAMES
+    ]
+    lines += ["", "Try the two that need no backend:", f"  {EXAMPLE}"]
+    return "\n".join(lines)
+
+
 def _list(console: Console, catalog: Catalog) -> None:
-    if not catalog.tools:
-        console.print("no tools: set OPSLOOP_TOOLS (a tools.yml) or OPSLOOP_PACKS")
+    if not catalog.tools and not catalog.mcp_reports:
+        print(no_tools_hint())
         return
     table = Table("name", "category", "parallel", "timeout", "source", "description")
     for name in sorted(catalog.tools):
@@ -169,7 +202,7 @@ def _list_json(catalog: Catalog) -> None:
         )
     print(json.dumps(listed, indent=2, ensure_ascii=False))
     if not catalog.tools:
-        print("no tools: set OPSLOOP_TOOLS (a tools.yml) or OPSLOOP_PACKS", file=sys.stderr)
+        print(no_tools_hint(), file=sys.stderr)
     for report in catalog.mcp_reports:
         if report.error is not None:
             print(f"warning: {report.error}", file=sys.stderr)
