@@ -74,6 +74,7 @@ class Progress:
     finished: Sequence[ToolLine] = ()
     stopping: bool = False
     awaiting: str | None = None  # the tool whose approval card is pending
+    handed_over: bool = False  # this process let the job go: another resumes it
 
 
 def status_message(progress: Progress, *, final: bool = False, stop_button: bool = True) -> Message:
@@ -83,6 +84,8 @@ def status_message(progress: Progress, *, final: bool = False, stop_button: bool
     state = "Finished" if final else ("Stopping…" if p.stopping else "Working")
     if p.awaiting and not final and not p.stopping:
         state = "Waiting for approval"
+    if p.handed_over and not final:
+        state = "Resuming…"
     stats = (
         f"iteration {p.iteration}/{p.max_iterations} · "
         f"{p.tokens_used:,}/{p.token_budget:,} tokens · {duration(p.active_s)}"
@@ -98,6 +101,8 @@ def status_message(progress: Progress, *, final: bool = False, stop_button: bool
         lines.append(f":hourglass_flowing_sand: `{escaped(running, 80)}` running…{note}")
     if p.awaiting and not final:
         lines.append(f":raised_hand: `{escaped(p.awaiting, 80)}` needs an approval: see the card")
+    if p.handed_over and not final:
+        lines.append(":arrows_counterclockwise: this process stopped; the job resumes where it was")
     if lines:
         blocks.append(section_block("\n".join(lines)))
     if stop_button and not final and not p.stopping:
@@ -196,15 +201,20 @@ def ending_message(
         R.FAILED: f"Failed: {escaped(one_line(error or 'unknown error'), ERROR_CHARS)}",
         R.CANCELLED: f"Cancelled by {mention(by)}" if by else "Cancelled",
     }[reason]
+    # The code goes in ``text`` (DESIGN: every ending names it); the headline people read
+    # says it once: "Cancelled by @alice", not "Cancelled by @alice · cancelled".
+    shown = headline
     if reason is not R.COMPLETED:
         headline += f" · `{reason.value}`"
+        if reason is not R.CANCELLED:
+            shown = headline
     cost = cost_text(cost_usd, unpriced_calls)
     stats = (
         f"iterations {iterations}/{max_iterations} · tokens {tokens:,}/{token_budget:,} · "
         + (f"{cost} · " if cost else "")
         + f"{plural(tools_run, 'tool')} run"
     )
-    blocks = [section_block(headline)]
+    blocks = [section_block(shown)]
     if lines := tool_lines(tools):
         blocks.append(section_block("\n".join(lines)))
     job_line = f"{stats} · job `{escaped(job_id, 200)}`"

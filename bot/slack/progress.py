@@ -19,14 +19,28 @@ says what the job is doing and is cleared at the end.
 
 Task cards (``OPSLOOP_TASK_DISPLAY`` ``timeline`` or ``plan``, with chat streaming): from the
 run's first tool call on, its steps are cards in one ``JobStream`` — a call ``in_progress``
-when it starts, ``complete``/``error`` with its one-line summary when it ends, ``pending``
-"waiting for approval" while its card waits — and the short notes the model writes before
-its calls go there between the cards instead of onto the status message. A job that runs no
-tool streams as before. The stream ends when the run does: at a pause for approval (the
-step stays pending; the resumed run, in whichever process, opens a new stream below the
-card, where the approved call's card runs and completes) and before the final answer,
-which stays a message of its own (its whole text, its feedback buttons, a file when long).
-The status message with Stop is unchanged: Stop lives there and a takeover edits it.
+when it starts, ``complete``/``error`` with its one-line summary when it ends (a dry run
+``complete`` with what it would do) — and the short notes the model writes before its calls
+go there between the cards instead of onto the status message. A job that runs no tool
+streams as before. The stream ends when the run does: at a pause for approval and before
+the final answer, which stays a message of its own (its whole text, its feedback buttons, a
+file when long). Every card ends in a final state: a call waiting for approval has no card
+of its own while it waits (its approval card says so, and the run's stream is stopped
+above it, where no process could finish a pending card after a crash or in another
+process); the resumed run, in whichever process and from the decision Redis holds, shows
+the call's card below the approval card: running then complete when approved, ``error``
+with why (denied, expired, cancelled) when not. A person's message in the thread ends the
+run's stream too: what the model writes after it goes to a new stream below it.
+
+The note the model wrote with a call that waits for approval is the card's reason
+(DESIGN): it is not shown a second time, in the stream or on the status message.
+
+The status message shows the job's active time (the run state's ``active_time_s`` at the
+run's start plus this run's time, so a pause for approval does not count), and is never
+left saying "Working…": the ending's edit is awaited (bounded; a job whose ending could not
+be shown stays owed to the scanner's redelivery), and a run this process lets go (a
+shutdown's hand-over, a store failure) leaves it saying "Resuming…" until whoever resumes
+the job takes the message over. The status message with Stop lives there throughout.
 
 People and channels are shown by name (``bot.slack.names``, given by the composition root):
 in the answer's ``markdown`` blocks, the streamed text, the task cards and the status
@@ -50,7 +64,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.events import ApprovalRequested, Event, RunEnd, ToolEnd
-from bot.agent.ports import WORKSPACE_CAP, Clock
+from bot.agent.ports import WORKSPACE_CAP, Clock, LoopClock
 from bot.agent.state import RunResult, StopReason
 from bot.slack.answers import answer_messages
 from bot.slack.blockkit import Message
@@ -61,7 +75,7 @@ from bot.slack.job_stream import JobStream
 from bot.slack.names import Names
 from bot.slack.outputs import CUT_AFTER, with_output_buttons
 from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
-from bot.slack.tasks import DISPLAY_MODES, TASK_CARDS, WAITING_FOR_APPROVAL, task_title
+from bot.slack.tasks import DISPLAY_MODES, TASK_CARDS, task_title
 from bot.slack.updates import RateLimited, UpdateBudget
 from bot.store.jobs import JobRecord
 from bot.turns.otel import trace_id_of
@@ -156,6 +170,8 @@ def ending_for(
 
 
 ABANDON_S = 5.0  # winding up an abandoned run's streams
+ENDING_WAIT_S = 15.0  # the ending's edit, urgent in the budget, before the job lets go
+DECLINED = "declined: see the approval card"
 PATIENCE_S = 40.0  # how long an answer waits out 429s (inside notifier's FINISH_TIMEOUT_S)
 MAX_RETRY_AFTER_S = 20.0
 
@@ -252,7 +268,15 @@ class JobProgress:
         self.status_ts: str | None = None
         self._iteration = record.progress.iterations
         self._tokens = record.progress.usage.paid
-        self._active = record.progress.active_time_s
+        self._active = record.progress.active_time_s  # the job's, before this run
+        self._run_clock: Clock = clock or LoopClock()
+        self._run_started = self._run_clock.monotonic()
+        self._final_active: float | None = None  # the ended run's, from its state
+        self._handed_over = False
+        pending = record.progress.pending
+        # The call this run resumes after its approval card (decided in Redis by now).
+        self._awaited = pending.approval if pending is not None else None
+        self._held_note: str | None = None  # a note before calls, until they are known
         self._model: str | None = record.progress.model
         self._tool: str | None = None
         self._tool_call: str | None = None  # the running call, whose progress is shown
@@ -276,13 +300,20 @@ class JobProgress:
             max_iterations=limits.max_iterations,
             tokens_used=self._tokens,
             token_budget=limits.token_budget,
-            active_s=self._active,
+            active_s=self._active_s(),
             model=self._model,
             current_tool=self._tool,
             current_note=self._tool_note,
             finished=tuple(self._lines[-MAX_TOOL_LINES:]),
             awaiting=self._awaiting,
+            handed_over=self._handed_over,
         )
+
+    def _active_s(self) -> float:
+        """The job's active time: what it had when this run began plus this run's."""
+        if self._final_active is not None:
+            return self._final_active
+        return self._active + max(0.0, self._run_clock.monotonic() - self._run_started)
 
     async def start(self) -> None:
         """Post the status message in the thread (the first sign of life)."""
@@ -314,7 +345,6 @@ class JobProgress:
             case "model_request_end":
                 if event.usage is not None:
                     self._tokens += event.usage.paid
-                self._active += event.duration_s
                 if self._stream is not None:
                     self._stream.end_response()
                     if event.tool_calls:
@@ -323,23 +353,19 @@ class JobProgress:
                         self._continuing = True  # the next response goes on with it
             case "injected":
                 # A person spoke: what the model says next answers them, not the rest of
-                # the cut answer (the core starts a new answer too).
+                # the cut answer (the core starts a new answer too), and goes below their
+                # message, never into a stream above it.
                 self._continuing = False
+                self._retire_steps()
                 return
             case "approval_requested":
                 assert isinstance(event, ApprovalRequested)
                 self._awaiting = event.approval.tool
+                self._held_note = None  # the card's reason: said there, once
                 self.thread_status.show("is waiting for an approval…")
-                steps = self._steps()
-                if steps is not None:
-                    approval = event.approval
-                    steps.step(
-                        approval.call_id,
-                        title=task_title(approval.tool, approval.arguments),
-                        status="pending",
-                        details=WAITING_FOR_APPROVAL,
-                    )
             case "tool_start":
+                if not event.dry_run:  # a dry run comes before its card: the note waits
+                    self._release_note()
                 self._tool = event.tool
                 self._tool_call, self._tool_note = event.call_id, None
                 self._awaiting = None
@@ -347,9 +373,10 @@ class JobProgress:
                 self.thread_status.show(f"is running {event.tool}…")
                 steps = self._steps()
                 if steps is not None:
+                    title = task_title(event.tool, event.arguments)
                     steps.step(
                         event.call_id,
-                        title=task_title(event.tool, event.arguments),
+                        title=f"{title} (dry run)" if event.dry_run else title,
                         status="in_progress",
                         details="dry run" if event.dry_run else None,
                     )
@@ -371,6 +398,10 @@ class JobProgress:
                     self._cut.append((event.call_id, event.tool))  # offered whole at the end
             case "run_end":
                 assert isinstance(event, RunEnd)
+                if event.result.stop_reason is not StopReason.AWAITING_APPROVAL:
+                    self._release_note()
+                self._held_note = None
+                self._final_active = event.result.state.active_time_s
                 self._spawn(self._finish(event.result))
                 return
             case _:
@@ -403,17 +434,55 @@ class JobProgress:
         return self.job_stream
 
     def _step_ends(self, event: Event) -> None:
+        if not isinstance(event, ToolEnd):
+            return
+        awaited = self._awaited
+        if awaited is not None and event.call_id == awaited.call_id:
+            self._awaited = None
+            if not event.ran:  # the resumed call was denied, expired or stopped
+                self._declined(event, awaited.arguments)
+                return
         steps = self.job_stream
-        if steps is None or not isinstance(event, ToolEnd):
+        if steps is None:
             return
         if event.dry_run:
-            steps.step(event.call_id, status="pending", output=event.summary or "dry run done")
+            steps.step(event.call_id, status="complete", output=event.summary or "dry run done")
         elif not event.ran:
             steps.step(event.call_id, status="error", output=event.summary or "not run")
         else:
             fallback = "error" if event.is_error else f"{event.output_chars} chars"
             status: Literal["complete", "error"] = "error" if event.is_error else "complete"
             steps.step(event.call_id, status=status, output=event.summary or fallback)
+
+    def _declined(self, event: ToolEnd, arguments: dict[str, object]) -> None:
+        """The card of a call its approval did not let run, in its final state."""
+        steps = self._steps()
+        if steps is None:
+            return
+        why = event.summary.removeprefix("Error: ") if event.summary else DECLINED
+        steps.step(
+            event.call_id, title=task_title(event.tool, arguments), status="error", output=why
+        )
+
+    def _retire_steps(self) -> None:
+        """End the run's job stream where it is (a person spoke below it): the next step or
+        note opens a new one."""
+        steps, self.job_stream = self.job_stream, None
+        if steps is not None:
+            self._spawn(steps.settle())
+
+    def _release_note(self) -> None:
+        """Show the held note before the calls it came with (none waits for approval)."""
+        note, self._held_note = self._held_note, None
+        if note is None:
+            return
+        steps = self._steps()
+        if steps is not None:
+            steps.text(note.strip() + "\n\n")  # a note between task cards
+        else:
+            self._narration = note
+            self._spawn(self._named_narration(note))
+            self._update()
 
     async def _finish_steps(self, steps: JobStream, result: RunResult) -> None:
         """Wind the job stream up before the answer: steps still open end as stopped
@@ -426,10 +495,7 @@ class JobProgress:
 
     def _update(self) -> None:
         if self.status_ts is not None:
-            message = status_blocks(self._progress(), stop_button=STOP_BUTTON)
-            if self._narration:
-                message = with_narration(message, self._names.render(self._narration))
-            self._budget.submit(self.channel, self.status_ts, message)
+            self._budget.submit(self.channel, self.status_ts, self._status_now())
 
     # -- the model's text while it streams ----------------------------------------------------
 
@@ -472,9 +538,10 @@ class JobProgress:
         if stream is None:
             return
         note = stream.unshown()
-        steps = self._steps() if note is not None and before_calls else None
-        if steps is not None and note is not None:
-            steps.text(note.strip() + "\n\n")  # a note between task cards
+        if note is not None and before_calls:
+            # Held until the calls are known: if one waits for approval, this note is
+            # its card's reason and is said there only.
+            self._held_note = note
         elif note is not None:
             self._narration = note
             self._spawn(self._named_narration(note))
@@ -493,12 +560,17 @@ class JobProgress:
         task.add_done_callback(self._tasks.discard)
 
     async def abandon(self) -> None:
-        """The run was abandoned (the store failed outside the loop; whoever resumes the
-        job reports on it): wind up the streams and the assistant status this process
-        started, so none of their workers is left pending."""
+        """The run was let go (handed over at a shutdown, or the store failed outside the
+        loop; whoever resumes the job reports on it): the status message says the job
+        resumes (the edit awaited, bounded), and the streams and the assistant status this
+        process started are wound up, so none of their workers is left pending."""
         stream, self._stream = self._stream, None
+        self._handed_over = True
+        self._tool = self._tool_call = self._tool_note = None
         try:
             async with asyncio.timeout(ABANDON_S):
+                if self.status_ts is not None:
+                    await self._edit_status(self._status_now())
                 if stream is not None:
                     await stream.settle()
                 if self.job_stream is not None:
@@ -507,6 +579,22 @@ class JobProgress:
             log.info("job %s: its streams did not wind up", self.record.id, exc_info=True)
         finally:
             await self.thread_status.clear()
+
+    def _status_now(self) -> Message:
+        message = status_blocks(self._progress(), stop_button=STOP_BUTTON)
+        if self._narration:
+            message = with_narration(message, self._names.render(self._narration))
+        return message
+
+    async def _edit_status(self, message: Message) -> bool:
+        """Edit the status message (urgent) and wait until Slack has it; whether it does."""
+        assert self.status_ts is not None
+        outcome: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        done = self._budget.submit(
+            self.channel, self.status_ts, Tracked(message, outcome), urgent=True
+        )
+        await done.wait()
+        return outcome.done() and outcome.result()
 
     async def _finish(self, result: RunResult) -> None:
         stream, self._stream = self._stream, None
@@ -529,10 +617,18 @@ class JobProgress:
                 await self._answer(answer, shown)
             ending = ending_for(self.record, result, tools=self._lines, cut=self._cut)
             if self.status_ts is not None:
-                # Queued, not awaited: the workspace's chat.update budget (Tier 3) may be
-                # minutes behind under load, and the job must not hold its lease and
-                # memory until then. The budget sends the newest content of each message.
-                self._budget.submit(self.channel, self.status_ts, ending, urgent=True)
+                # Urgent, and awaited for a bounded time: a process stopped right after
+                # would otherwise lose the edit and leave "Working…" for good. Not shown
+                # in time (the workspace's Tier 3 budget minutes behind, Slack refusing),
+                # the ending stays owed and the scanner's redelivery edits it.
+                try:
+                    async with asyncio.timeout(ENDING_WAIT_S):
+                        edited = await self._edit_status(ending)
+                except TimeoutError:
+                    edited = False
+                if not edited:
+                    log.info("job %s: its ending is not shown yet; left owed", self.record.id)
+                    return
             else:
                 # The status message never reached the thread (Slack refused it past its
                 # retries): the ending is a message of its own, so the thread still says
@@ -544,7 +640,7 @@ class JobProgress:
                     text=ending.text,
                     blocks=ending.blocks,
                 )
-            self.delivered = True  # (the ending's edit is queued: the budget sends it)
+            self.delivered = True
         except Exception:
             log.exception("reporting the end of job %s failed", self.record.id)
         finally:

@@ -8,6 +8,7 @@ has done all it can, so nothing sleeps.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.events import (
     ApprovalRequested,
     Event,
+    InjectedMessages,
     ModelRequestEnd,
     ModelRequestStart,
     RunEnd,
@@ -25,15 +27,16 @@ from bot.agent.events import (
     ToolEnd,
     ToolStart,
 )
-from bot.agent.messages import Usage
-from bot.agent.state import PendingApproval, RunResult, RunState, StopReason
+from bot.agent.messages import AssistantMessage, ToolCall, Usage
+from bot.agent.state import PendingApproval, PendingBatch, RunResult, RunState, StopReason
 from bot.agent.testing import FakeClock
 from bot.emulator.slack import BOT_ID, TEAM_ID, FakeSlack
 from bot.emulator.slack_chunks import tasks_of
+from bot.slack.names import Names
 from bot.slack.progress import JobProgress, budget_sender
 from bot.slack.tasks import TASK_CARDS, Timeline, task_chunk
 from bot.slack.updates import UpdateBudget
-from bot.store.jobs import JobLimits, JobRecord
+from bot.store.jobs import JobLimits, JobRecord, JobStatus
 
 CHANNEL = "C1"
 THREAD = "1700000000.000001"
@@ -120,6 +123,13 @@ class Job:
         )
         self.clock = clock
 
+    @classmethod
+    def of(cls, progress: JobProgress) -> Job:
+        job = cls.__new__(cls)
+        job.progress = progress
+        job.clock = FakeClock()
+        return job
+
     async def events(self, *events: Event) -> None:
         for event in events:
             self.progress(event)
@@ -193,25 +203,118 @@ async def test_each_tool_call_is_a_task_card_between_the_notes_and_the_answer_fo
     assert slack.message(CHANNEL, str(job.progress.status_ts)).text.startswith("Done")
 
 
-async def test_a_step_waiting_for_approval_is_pending_and_the_stream_ends_at_the_pause(
+NOTE = "Restarting web to clear the stuck workers."
+WAITING = PendingApproval(
+    call_id="c9", tool="restart_service", args_hash="h", arguments={"service": "web"}
+)
+
+
+def paused_record() -> JobRecord:
+    """The job as Redis holds it while its card waits (what a resuming process reads)."""
+    call = ToolCall(id="c9", name="restart_service", arguments='{"service": "web"}')
+    batch = PendingBatch(
+        message=AssistantMessage(content=NOTE, tool_calls=(call,)),
+        remaining=[call],
+        approval=WAITING,
+    )
+    return record().model_copy(
+        update={"status": JobStatus.AWAITING_APPROVAL, "progress": RunState(pending=batch)}
+    )
+
+
+def every_card(slack: FakeSlack) -> list[dict[str, Any]]:
+    return [t for m in slack.messages(CHANNEL, THREAD) for t in tasks_of(m)]
+
+
+async def test_a_call_waiting_for_approval_leaves_no_pending_card_and_its_reason_is_said_once(
     slack: FakeSlack, client: AsyncWebClient, budget: UpdateBudget
 ) -> None:
     job = Job(client, budget, FakeClock())
     await job.progress.start()
-    await job.events(*response(1, tool_calls=1))
-    approval = PendingApproval(
-        call_id="c9", tool="restart_service", args_hash="h", arguments={"service": "web"}
-    )
-    await job.events(ApprovalRequested(approval))
+    await job.events(*response(1, "Checking first.", tool_calls=1))
+    await job.events(*tool("c1", "check_host", "2 workers stuck"))
+    await job.events(*response(2, NOTE, tool_calls=1))
+    await job.events(ApprovalRequested(WAITING))
     await job.end(result(None, StopReason.AWAITING_APPROVAL))
 
-    [start] = slack.calls_of("chat.startStream")
-    assert start["chunks"][-1:] == [
-        task_chunk("c9", "restart_service service=web", "pending", details="waiting for approval")
-    ]
+    # The run's stream is stopped at the pause with every card final: nothing is left
+    # "pending" above the approval card for a process that may never come back to it.
     assert len(slack.calls_of("chat.stopStream")) == 1
-    [card] = tasks_of(slack.message(CHANNEL, str(start and job.progress.job_stream.ts)))  # type: ignore[union-attr]
-    assert (card["status"], card["details"]) == ("pending", "waiting for approval")
+    assert [(t["id"], t["status"]) for t in every_card(slack)] == [("c1", "complete")]
+    # The note that came with the call is the card's reason: not also in the thread.
+    shown = [json.dumps(c) for c in slack.calls if c.method.startswith("chat.")]
+    assert not [c for c in shown if "Restarting web" in c]
+
+
+@pytest.mark.parametrize(
+    ("summary", "output"),
+    [
+        ("Error: declined: denied by <@UBOB>", "declined: denied by @bob"),
+        ("Error: declined: approval expired", "declined: approval expired"),
+        ("", "declined: see the approval card"),
+    ],
+)
+async def test_a_declined_call_resumed_anywhere_ends_as_an_error_card(
+    client: AsyncWebClient, budget: UpdateBudget, summary: str, output: str
+) -> None:
+    async with FakeSlack(users={"UBOB": "bob"}) as slack:
+        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        budget = UpdateBudget(budget_sender(client), per_minute=6_000, burst=50)
+        progress = JobProgress(
+            client,
+            budget,
+            paused_record(),
+            team_id=TEAM_ID,
+            clock=FakeClock(),
+            names=Names.of(client),
+        )
+        job = Job.of(progress)
+        await progress.start()
+        await job.events(ToolEnd("c9", "restart_service", False, True, 0.0, 40, summary=summary))
+        await job.events(*response(3, tool_calls=1), *tool("c2", "check_host", "still stuck"))
+        await job.end(result(ANSWER))
+        await budget.aclose()
+        cards = every_card(slack)
+        assert [(t["id"], t["status"]) for t in cards] == [("c9", "error"), ("c2", "complete")]
+        assert cards[0]["title"] == "restart_service service=web"
+        assert cards[0]["output"] == output
+
+
+async def test_an_approved_call_resumed_runs_and_completes_its_card(
+    slack: FakeSlack, client: AsyncWebClient, budget: UpdateBudget
+) -> None:
+    progress = JobProgress(client, budget, paused_record(), team_id=TEAM_ID, clock=FakeClock())
+    job = Job.of(progress)
+    await progress.start()
+    await job.events(
+        ToolStart(call_id="c9", tool="restart_service", arguments={"service": "web"}),
+        ToolEnd("c9", "restart_service", True, False, 0.5, 20, summary="restarted web"),
+    )
+    await job.end(result(ANSWER))
+    assert [(t["id"], t["status"], t["output"]) for t in every_card(slack)] == [
+        ("c9", "complete", "restarted web")
+    ]
+
+
+async def test_a_note_after_a_persons_message_goes_below_it_not_into_the_stream_above(
+    slack: FakeSlack, client: AsyncWebClient, budget: UpdateBudget
+) -> None:
+    job = Job(client, budget, FakeClock())
+    await job.progress.start()
+    await job.events(*response(1, "Checking the host first.", tool_calls=1))
+    await job.events(*tool("c1", "check_host", "load 0.4"))
+    first = str(job.progress.job_stream.ts)  # type: ignore[union-attr]
+    person = slack.add_message(CHANNEL, None, "U2", "it is the db, not web", thread_ts=THREAD)
+    await job.events(InjectedMessages(ids=(person,)))
+    await job.events(*response(2, "Looking at the db then.", tool_calls=1))
+    await job.events(*tool("c2", "check_db", "replication lag 40s"))
+    await job.end(result(ANSWER))
+
+    above = slack.message(CHANNEL, first)
+    assert "Looking at the db" not in above.text and [t["id"] for t in tasks_of(above)] == ["c1"]
+    [below] = [m for m in slack.messages(CHANNEL, THREAD) if "Looking at the db then." in m.text]
+    assert below.ts > person > first
+    assert [t["id"] for t in tasks_of(below)] == ["c2"]
 
 
 async def test_plan_mode_groups_the_steps_under_a_plan_title(
