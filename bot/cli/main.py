@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from bot import __version__
+from bot.cli import CONFIG_REFERENCE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,8 +22,28 @@ def main(argv: list[str] | None = None) -> int:
     choice = demo.add_mutually_exclusive_group()
     choice.add_argument("--approve", action="store_true", help="approve the restart")
     choice.add_argument("--deny", action="store_true", help="deny the restart")
-    sub.add_parser("serve", help="serve Slack's Events API over HTTP (POST /slack/events)")
-    sub.add_parser("socket", help="the same app over Slack's Socket Mode (SLACK_APP_TOKEN)")
+    settings = (
+        "Settings come from the environment; every variable, what it does and its default: "
+        f"{CONFIG_REFERENCE} (the README of the source, also the package's description). "
+        "Missing or invalid ones are listed all at once, exit 2; `opsloop check` checks "
+        "them and every backend without serving."
+    )
+    sub.add_parser(
+        "serve",
+        help="serve Slack's Events API over HTTP (POST /slack/events)",
+        description="Serve Slack's Events API and interactivity over HTTP: POST /slack/events "
+        "(both request URLs of manifest.yml), GET /healthz, GET /metrics on HOST:PORT. "
+        "Needs SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, REDIS_URL and LLM_MODEL.",
+        epilog=settings,
+    )
+    sub.add_parser(
+        "socket",
+        help="the same app over Slack's Socket Mode (SLACK_APP_TOKEN)",
+        description="The same app over Slack's Socket Mode (no public URL); GET /healthz and "
+        "GET /metrics on HOST:PORT. Needs SLACK_BOT_TOKEN, SLACK_APP_TOKEN, REDIS_URL and "
+        "LLM_MODEL.",
+        epilog=settings,
+    )
     dev = sub.add_parser(
         "dev", help="everything on this machine: a Slack-like page, managed Redis, demo model"
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from bot.cli import CONFIG_REFERENCE
 from bot.errors import ConfigError
 from bot.llm.chain import ModelSpec, parse_chain
 from bot.llm.prices import load_pricing
@@ -23,7 +24,7 @@ from bot.settings import BotSettings, LLMSettings, Problem, ToolSettings, examin
 
 Mode = Literal["serve", "socket"]
 
-REFERENCE = "README.md#configuration-reference"
+REFERENCE = CONFIG_REFERENCE
 REQUIRED: dict[Mode, tuple[str, ...]] = {
     "serve": ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "REDIS_URL", "LLM_MODEL"),
     "socket": ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "REDIS_URL", "LLM_MODEL"),
