@@ -61,6 +61,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
 SLACK_FROM_STORE = frozenset(
     {
         "bot.store.approvals.ApprovalRecord",
+        "bot.store.card_replies.CardReply",
         "bot.store.jobs.JobRecord",
         "bot.store.keys.Thread",
         "bot.store.ledger.LedgerRecord",

@@ -16,6 +16,7 @@ raises the day's cap instead of the job's budget (``bot.turns.spend``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -30,12 +31,13 @@ from bot.errors import StoreError
 from bot.slack.assistant import card_place
 from bot.slack.blockkit import mention
 from bot.slack.blocks import ending_message
-from bot.slack.cards import decided_card, reminder_message
+from bot.slack.cards import approval_card, decided_card, reminder_message
 from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobRecord
+from bot.store.keys import Thread
 from bot.turns.controls import UNKNOWN_CARD, Accepted, Refused, Verdict
 from bot.turns.runner import Turns
 from bot.turns.spend import CapContinued, DailyCaps, Raised, continue_capped, stopped_by_cap
@@ -52,6 +54,9 @@ UNCONFIRMED = (
 THEN_RUNS = "The call runs once its record is confirmed, while the card is valid."
 THEN_GOES_ON = "The job goes on without the call."
 ONLY_APPROVERS = "only an approver can raise the workspace's daily cap"
+CARD_POSTED_WAIT_S = 10.0  # a reply during the card's posting waits this long for it
+CARD_POSTED_POLL_S = 0.25
+CARD_RENDER_ROUNDS = 3
 
 
 def _field(body: dict[str, Any], part: str, name: str) -> str | None:
@@ -114,7 +119,12 @@ class Interactions:
             await self.turns.card_edited(approval.job_id, approval.call_id)
             return True
         at = approval.decided_at or time.time()
-        message = decided_card(approval, approval.status, approval.decided_by, at)
+        try:
+            replies = await self.turns.card_replies.of(approval)
+        except StoreError:
+            log.info("card %s: shown without its replies", approval.card_ts, exc_info=True)
+            replies = []
+        message = decided_card(approval, approval.status, approval.decided_by, at, replies=replies)
         channel, ts = card_place(self.approval_channel, approval)[0], approval.card_ts
         try:
             await self.client.chat_update(
@@ -129,6 +139,66 @@ class Interactions:
         except StoreError:
             log.info("card %s edited; settling it is left to a scan", ts, exc_info=True)
         return True
+
+    async def show_reply(self, thread: Thread, job_id: str, reply_ts: str) -> None:
+        """A reply in a thread whose job waits for approval (persisted, acknowledged to
+        Slack): the card is edited to show it, so whoever decides sees it before the
+        click, and the reply gets ``eyes``. Best effort, bounded; the reply itself is
+        safe in the thread's inject stream whatever happens here."""
+        try:
+            approval = await self._waiting_card(job_id)
+            if approval is not None:
+                await self._show_replies(approval)
+        except Exception:
+            log.info("job %s: the card was not edited to show a reply", job_id, exc_info=True)
+        try:
+            await self.client.reactions_add(channel=thread.channel, timestamp=reply_ts, name="eyes")
+        except Exception:
+            log.info("could not react to %s", reply_ts, exc_info=True)
+
+    async def _waiting_card(self, job_id: str) -> ApprovalRecord | None:
+        """The pending approval of ``job_id`` once its card is posted (a reply may come
+        while the card is being posted: waited for, at most ``CARD_POSTED_WAIT_S``)."""
+        approval = await self.turns.waiting_card(job_id)
+        deadline = time.monotonic() + CARD_POSTED_WAIT_S
+        while approval is not None and approval.card_ts is None:
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(CARD_POSTED_POLL_S)
+            approval = await self.turns.approval(approval.job_id, approval.call_id)
+        return approval
+
+    async def _show_replies(self, approval: ApprovalRecord) -> None:
+        """Render the card with its replies; read again and render again while what it
+        shows changed meanwhile (a reply in another process, a decision), so the last
+        edit shows the last state whichever process made the edits before it."""
+        shown: tuple[str, tuple[str, ...]] | None = None
+        for _ in range(CARD_RENDER_ROUNDS):
+            replies = await self.turns.card_replies.of(approval)
+            now = (approval.status, tuple(r.ts for r in replies))
+            if now == shown:
+                return
+            if approval.status == "pending":
+                message = approval_card(approval, approvers=self.policy.approvers, replies=replies)
+            else:
+                at = approval.decided_at or time.time()
+                message = decided_card(
+                    approval, approval.status, approval.decided_by, at, replies=replies
+                )
+            channel, ts = card_place(self.approval_channel, approval)[0], approval.card_ts
+            assert ts is not None
+            try:
+                await self.client.chat_update(
+                    channel=channel, ts=ts, text=message.text, blocks=message.blocks
+                )
+            except Exception:
+                log.info("card %s: reply edit deferred to the paced updates", ts, exc_info=True)
+                self.budget.submit(channel, ts, message, urgent=True)
+            shown = now
+            fresh = await self.turns.approval(approval.job_id, approval.call_id)
+            if fresh is None:
+                return
+            approval = fresh
 
     async def card_expired(self, approval: ApprovalRecord) -> None:
         self.edit_card(approval)

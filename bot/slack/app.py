@@ -14,7 +14,9 @@ message starts a job in a thread whose earlier messages the history does not hol
 costs the context) and ``bot.slack.context`` renders them. A message that would start a
 new job passes a gate first (``bot.turns.admission``: the workspace's daily caps, the
 author's hourly rate of jobs); refused, it writes nothing and its author is told why
-(``bot.slack.admission``), off the ack path.
+(``bot.slack.admission``), off the ack path. A reply joining a job that waits for
+approval is, once persisted and acknowledged, shown on the pending card with ``eyes``
+on the reply (``Interactions.show_reply``), so whoever decides sees it before the click.
 
 The transports are elsewhere: ``bot.slack.http`` (``opsloop serve``: the gate in front
 of bolt, health, metrics) and ``bot.slack.socket`` (``opsloop socket``); the buttons'
@@ -53,6 +55,7 @@ CONTEXT_PAGES = 3  # calls per reading, all within CONTEXT_TIMEOUT_S
 HUMAN_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
 
 Background = Callable[[Coroutine[Any, Any, Any], str], None]
+WaitingReply = Callable[[Thread, str, str], Coroutine[Any, Any, None]]  # thread, job, reply ts
 
 
 class Messages:
@@ -82,6 +85,8 @@ class Messages:
         self.approvers = approvers  # named in the daily cap's refusal
         self._background = background
         self._tasks: set[asyncio.Task[Any]] = set()
+        # A reply to a job waiting for approval, shown on its card (``bot.slack.actions``).
+        self.on_waiting_reply: WaitingReply | None = None
 
     async def _author(self, event: dict[str, Any]) -> str | None:
         """Who a message that may start or enter a job is from, or ``None`` when it must
@@ -161,6 +166,15 @@ class Messages:
             return
         if receipt.needs_run and receipt.job_id is not None:
             self.schedule(receipt.job_id)
+        if (
+            self.on_waiting_reply is not None
+            and receipt.job_id is not None
+            and receipt.status == "awaiting_approval"
+            and receipt.outcome in ("joined", "duplicate")
+        ):
+            # Heard before the click: the card shows the reply and the reply gets eyes.
+            shown = self.on_waiting_reply(thread, receipt.job_id, ts)
+            self.spawn(shown, "reply on the card")
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """Slack calls after the ack (the process's background tasks when given)."""
@@ -219,6 +233,7 @@ def bolt_app(
         process_before_response=True,
         request_verification_enabled=not socket,
     )
+    messages.on_waiting_reply = interactions.show_reply
     app.event("app_mention")(messages.on_mention)
     app.event("message")(messages.on_message)
     app.action(ACTION_APPROVE)(interactions.on_approve)

@@ -34,12 +34,16 @@ from bot.slack.blockkit import (
 )
 from bot.slack.blocks import ACTION_APPROVE, ACTION_DENY
 from bot.store.approvals import ApprovalRecord
+from bot.store.card_replies import CardReply
 
 Outcome = Literal["approved", "denied", "expired", "cancelled"]
 
 CARD_TITLE_BLOCK = "opsloop_card_title"
 CARD_ACTIONS_BLOCK = "opsloop_card_actions"
 CARD_DECISION_BLOCK = "opsloop_card_decision"
+CARD_REPLIES_BLOCK = "opsloop_card_replies"
+MAX_CARD_REPLIES = 5  # the newest shown; the rest counted
+REPLY_CHARS = 150
 MAX_CARD_ARGS = 12
 MAX_CARD_APPROVERS = 8
 MAX_PREVIEW_CHARS = 1_000
@@ -78,7 +82,33 @@ NO_DRY_RUN = (
 )
 
 
-def _card_body(record: ApprovalRecord, approvers: Sequence[str] = ()) -> list[Block]:
+def _replies(n: int) -> str:
+    return f"{n:,} {'reply' if n == 1 else 'replies'}"
+
+
+def replies_block(replies: Sequence[CardReply], *, waiting: bool) -> Block | None:
+    """What people said in the thread while the card waited: who, when (UTC) and the
+    first ``REPLY_CHARS`` characters of each, newest last, the newest
+    ``MAX_CARD_REPLIES`` shown and the rest counted; None when nobody said anything."""
+    if not replies:
+        return None
+    shown = list(replies)[-MAX_CARD_REPLIES:]
+    head = "Said in the thread while this " + ("waits" if waiting else "waited")
+    lines = [f":speech_balloon: *{head}* ({len(replies)})"]
+    if earlier := len(replies) - len(shown):
+        lines.append(f"_{_replies(earlier)} before these_")
+    for reply in shown:
+        said = one_line(reply.text)
+        said = said if len(said) <= REPLY_CHARS else said[: REPLY_CHARS - 1] + "…"
+        lines.append(f"> {mention(reply.author)} · {hhmm(reply.sent_at)}: {escape(said)}")
+    return section_block(cut("\n".join(lines), MAX_SECTION), block_id=CARD_REPLIES_BLOCK)
+
+
+def _card_body(
+    record: ApprovalRecord,
+    approvers: Sequence[str] = (),
+    replies: Sequence[CardReply] = (),
+) -> list[Block]:
     title = f"Approval needed: {record.tool}"
     blocks: list[Block] = [
         {
@@ -122,6 +152,8 @@ def _card_body(record: ApprovalRecord, approvers: Sequence[str] = ()) -> list[Bl
             f" · expires at {hhmm(record.expires_at)}{who}"
         )
     )
+    if (said := replies_block(replies, waiting=record.status == "pending")) is not None:
+        blocks.append(said)
     return blocks
 
 
@@ -146,11 +178,17 @@ def reminder_message(record: ApprovalRecord, *, approvers: Sequence[str], now: f
     return Message(text=text, blocks=[section_block(text)])
 
 
-def approval_card(record: ApprovalRecord, *, approvers: Sequence[str] = ()) -> Message:
+def approval_card(
+    record: ApprovalRecord,
+    *,
+    approvers: Sequence[str] = (),
+    replies: Sequence[CardReply] = (),
+) -> Message:
     """The card for a pending approval, with ``Approve`` and ``Deny``; ``approvers`` (the
-    policy's user and group ids, when it names any) are shown as whom to ask."""
+    policy's user and group ids, when it names any) are shown as whom to ask, and
+    ``replies`` (what people said in the thread since it was asked) above the buttons."""
     value = f"{record.job_id}|{record.call_id}"
-    blocks = _card_body(record, approvers)
+    blocks = _card_body(record, approvers, replies)
     blocks.append(
         actions_block(
             CARD_ACTIONS_BLOCK,
@@ -159,6 +197,8 @@ def approval_card(record: ApprovalRecord, *, approvers: Sequence[str] = ()) -> M
         )
     )
     text = f"Approval needed: {_summary(record)} · expires at {hhmm(record.expires_at)}"
+    if replies:
+        text += f" · {_replies(len(replies))} in the thread since"
     return Message(text=text, blocks=blocks)
 
 
@@ -184,15 +224,18 @@ def decided_card(
     outcome: Outcome,
     by: str | None,
     at: datetime | float,
+    *,
+    replies: Sequence[CardReply] = (),
 ) -> Message:
     """The card after its decision: no buttons, and who decided when.
 
-    ``card`` is the approval record (the card is rebuilt) or the card's current blocks (as in
-    a ``block_actions`` payload): the actions block and any earlier decision line are dropped.
+    ``card`` is the approval record (the card is rebuilt, with the ``replies`` people sent
+    while it waited) or the card's current blocks (as in a ``block_actions`` payload):
+    the actions block and any earlier decision line are dropped.
     """
     line = decision_line(outcome, by, at)
     if isinstance(card, ApprovalRecord):
-        blocks, subject = _card_body(card), _summary(card)
+        blocks, subject = _card_body(card, replies=replies), _summary(card)
     else:
         old = card.blocks if isinstance(card, Message) else card
         drop = {CARD_ACTIONS_BLOCK, CARD_DECISION_BLOCK}

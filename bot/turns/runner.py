@@ -64,6 +64,7 @@ from bot.errors import HandedOver, StoreError
 from bot.store.approvals import ApprovalRecord, Approvals, Outcome, to_decision
 from bot.store.artifacts import RedisArtifacts
 from bot.store.buckets import count_buckets
+from bot.store.card_replies import CardReplies
 from bot.store.connection import sharded_message, subscriber, translated
 from bot.store.held import HeldMessages
 from bot.store.history import RedisHistory
@@ -167,6 +168,7 @@ class Turns:
         self.held = HeldMessages(self.redis, self.keys)
         self.approvals = Approvals(self.redis, self.keys, on_audit=staged, replication=replication)
         self.ledger = RedisLedger(self.redis, self.keys, on_audit=staged, replication=replication)
+        self.card_replies = CardReplies(self.redis, self.keys)
 
     # -- the ack path ---------------------------------------------------------------
 
@@ -340,6 +342,19 @@ class Turns:
         card_ts = await self.notifier.post_card(record, approval)
         await self.approvals.set_card(job_id, call_id, card_ts)
         return True
+
+    async def waiting_card(self, job_id: str) -> ApprovalRecord | None:
+        """The approval a job awaiting approval waits for (its card), or None."""
+        record = await self.jobs.get(job_id)
+        if record is None or record.status is not JobStatus.AWAITING_APPROVAL:
+            return None
+        pending = record.progress.pending
+        if pending is None or pending.approval is None:
+            return None
+        return await self.approvals.get(job_id, pending.approval.call_id)
+
+    async def approval(self, job_id: str, call_id: str) -> ApprovalRecord | None:
+        return await self.approvals.get(job_id, call_id)
 
     async def card_edited(self, job_id: str, call_id: str) -> None:
         """A decided card was edited to show its decision (or never posted): the edit it
