@@ -23,7 +23,7 @@ from bot.emulator.slack_socket import FakeSocketMode
 
 from .approvals_kit import answered, call_then_answer, runs, texts, tools_yml, wait_card
 from .conftest import StartBot
-from .harness import ScriptedModel, click_body, event_body, mention, steps
+from .harness import ScriptedModel, click_body, event_body, mention, reply, seed, steps
 
 APP_TOKEN = "xapp-1-A0OPSLOOP-1-0123456789abcdef"
 SOCKET = {"SLACK_APP_TOKEN": APP_TOKEN, "SLACK_SIGNING_SECRET": None}
@@ -211,3 +211,36 @@ async def test_malformed_envelopes_are_acknowledged_not_redelivered_forever(
     await slack.wait_for(lambda: answered(slack, good["event"]["ts"], "Still here."), timeout=30)
     assert len(model.requests) == 1
     assert "Traceback" not in serve.output()
+
+
+async def test_a_reply_to_a_waiting_card_over_socket_mode_is_heard_before_the_click(
+    bot: StartBot,
+    slack: FakeSlack,
+    socket: FakeSocketMode,
+    model: ScriptedModel,
+    tmp_path: Path,
+) -> None:
+    tools, log = tools_yml(tmp_path)
+    model.policy = call_then_answer("restart_service", {"service": "nginx"})  # type: ignore[assignment]
+    await bot(OPSLOOP_TOOLS=tools, **SOCKET)
+    await socket.wait_connected()
+    mentioned = mention("C1", "U1", "web is slow, look into it")
+    assert await socket.send_event(event(mentioned)) is not None
+    card = await wait_card(slack, "C1", mentioned["ts"])
+
+    said = reply("C1", "UALICE", "don't restart, show me the logs first", thread_ts=mentioned["ts"])
+    seed(slack, said)
+    assert await socket.send_event(event(said)) is not None
+    await slack.wait_for(
+        lambda: (
+            "show me the logs first" in str(slack.message("C1", card.ts).blocks)
+            and "eyes" in slack.reactions("C1", said["ts"])
+        ),
+        timeout=10,
+    )
+    assert runs(log) == []
+
+    assert await socket.send_interactive(click(card, "UAPPROVER1", "Approve", slack)) is not None
+    await slack.wait_for(lambda: len(model.requests) >= 2, timeout=30)
+    told = [m for m in model.requests[1].messages if m.get("role") == "user"][-1]
+    assert "waited for approval; <@UAPPROVER1> approved it at" in str(told["content"])
