@@ -328,7 +328,36 @@ def _pct(value: Any) -> str:
 
 
 def _ms(value: Any) -> str:
-    return f"{float(value):.0f} ms" if isinstance(value, int | float) else "—"
+    if not isinstance(value, int | float):
+        return "—"
+    return "<1 ms" if value < 1 else f"{float(value):.0f} ms"
+
+
+def _window(metrics: dict[str, Any]) -> str:
+    """The span the metrics describe: "the last 42 s" (the service says), else a minute."""
+    seconds = metrics.get("window_s")
+    if isinstance(seconds, int | float):
+        return f"the last {max(1.0, float(seconds)):.0f} s"
+    return "the last minute"
+
+
+def _failed(metrics: dict[str, Any]) -> str:
+    """ "30.0% of 120 requests failed in the last 42 s", or that none finished."""
+    n = metrics.get("requests_last_min")
+    if n == 0 or metrics.get("error_rate") is None:
+        return f"no request finished in {_window(metrics)}"
+    count = "?" if n is None else n
+    return f"{_pct(metrics.get('error_rate'))} of {count} requests failed in {_window(metrics)}"
+
+
+def _share(metrics: dict[str, Any]) -> str:
+    """A table cell: "30.0% of 120 (last 42 s)"."""
+    n = metrics.get("requests_last_min")
+    if not metrics:
+        return "—"
+    if n == 0 or metrics.get("error_rate") is None:
+        return f"none finished ({_window(metrics).removeprefix('the ')})"
+    return f"{_pct(metrics.get('error_rate'))} of {n} ({_window(metrics).removeprefix('the ')})"
 
 
 def _failing(metrics: dict[str, Any]) -> bool:
@@ -342,8 +371,7 @@ def _evidence(health: Health | None, metrics: dict[str, Any] | None) -> list[str
         lines.append(f"/health: {health.describe()} (healthy is HTTP 200 well under a second)")
     if metrics:
         lines.append(
-            f"last minute: {_pct(metrics.get('error_rate'))} of "
-            f"{metrics.get('requests_last_min', '?')} requests failed, p50 "
+            f"{_failed(metrics)}, p50 "
             f"{_ms(metrics.get('p50_ms'))}, p95 {_ms(metrics.get('p95_ms'))}, CPU "
             f"{metrics.get('cpu_percent', '?')}% (burn {metrics.get('cpu_burn', '?')}), "
             f"pid {metrics.get('pid', '?')}, up {metrics.get('uptime_s', '?')} s"
@@ -490,12 +518,9 @@ class DemoPolicy:
         if metrics:
             p95 = _ms(metrics.get("p95_ms"))
             if _failing(metrics):
-                why.append(
-                    f"{_pct(metrics.get('error_rate'))} of requests failed in the last minute "
-                    f"(p95 {p95})"
-                )
+                why.append(f"{_failed(metrics)} (p95 {p95})")
             else:
-                why.append(f"the p95 latency of the last minute is {p95}")
+                why.append(f"the p95 latency of {_window(metrics)} is {p95}")
             if metrics.get("cpu_burn") == "on":
                 why.append(f"it burns {metrics.get('cpu_percent', '?')}% CPU")
         lead = "As you asked, proposing a restart. " if asked_by_user else ""
@@ -586,7 +611,7 @@ class DemoPolicy:
         rows = [
             ("/health", before_h.describe() if before_h else "—", after_h.describe()),
             ("state", str(b.get("state", "—")), str(a.get("state", "—"))),
-            ("error rate (last min)", _pct(b.get("error_rate")), _pct(a.get("error_rate"))),
+            ("failed requests", _share(b), _share(a)),
             ("p95 latency", _ms(b.get("p95_ms")), _ms(a.get("p95_ms"))),
             ("CPU", cpu(b), cpu(a)),
             ("pid", restart.old_pid or str(b.get("pid", "—")), restart.new_pid or "—"),

@@ -1,14 +1,16 @@
 """The demo tools of ``opsloop dev``: a tools.yml whose four tools act on the real "web".
 
     web_health    read-only  http     GET http://127.0.0.1:PORT/health: status and latency
-    web_metrics   read-only  http     GET http://127.0.0.1:PORT/metrics: the JSON
+    web_metrics   read-only  command  python -m bot.dev.service metrics --dir STATE_DIR
     web_logs      read-only  command  tail -n LINES STATE_DIR/web.log
     web_restart   mutating   command  python -m bot.dev.service restart --dir STATE_DIR
 
-The http tools reach 127.0.0.1 only when ``OPSLOOP_HTTP_ALLOW`` allows it (``opsloop dev``
-sets it). ``web_restart`` runs this checkout's ``bot`` (``PYTHONPATH`` in its ``env``,
-since command tools get a clean environment) and passes the approver as
-``--approved-by={confirmed_by}``, which the restart prints. Nothing here names a path
+The http tool reaches 127.0.0.1 only when ``OPSLOOP_HTTP_ALLOW`` allows it (``opsloop dev``
+sets it). ``web_metrics`` prints the metrics' one-line summary first (what a step's card
+shows: the failure share, not ``HTTP 200 OK``), then the JSON. The python tools run this
+checkout's ``bot`` (``PYTHONPATH`` in their ``env``, since command tools get a clean
+environment); the restart reads the approver from ``OPSLOOP_CONFIRMED_BY`` (set for an
+approved call) and prints it, so its command line carries no placeholder. Nothing here names a path
 outside the state folder, nor any process but the service it started.
 """
 
@@ -43,6 +45,14 @@ def _env_literal(text: str) -> str:
     return text.replace("${", "$${")
 
 
+def _service_argv(python: str, command: str, state_dir: Path) -> list[str]:
+    return [_literal(python), "-m", MODULE, command, "--dir", _literal(str(state_dir))]
+
+
+def _service_env() -> dict[str, str]:
+    return {"PYTHONPATH": _env_literal(child_env({})["PYTHONPATH"])}
+
+
 def tools_spec(state_dir: Path, *, port: int, python: str = sys.executable) -> dict[str, Any]:
     """The tools.yml content as data."""
     state_dir = state_dir.resolve()
@@ -63,15 +73,17 @@ def tools_spec(state_dir: Path, *, port: int, python: str = sys.executable) -> d
             },
             {
                 "name": "web_metrics",
-                "kind": "http",
                 "description": (
-                    'Metrics of the service "web" (JSON): state, pid, uptime, requests, '
-                    "error rate, p50/p95 latency in ms and CPU over the last minute."
+                    'Metrics of the service "web": a one-line summary, then the JSON: state, '
+                    "pid, uptime, requests, error rate, p50/p95 latency in ms and CPU, over "
+                    "the current state (since it began, at most the last minute: window_s)."
                 ),
                 "category": "read_only",
                 "parallel": True,
                 "timeout": 10,
-                "request": {"method": "GET", "url": f"{base}/metrics"},
+                "run": _service_argv(python, "metrics", state_dir),
+                "env": _service_env(),
+                "cwd": str(state_dir),
             },
             {
                 "name": "web_logs",
@@ -101,16 +113,8 @@ def tools_spec(state_dir: Path, *, port: int, python: str = sys.executable) -> d
                 ),
                 "category": "mutating",
                 "timeout": 30,
-                "run": [
-                    _literal(python),
-                    "-m",
-                    MODULE,
-                    "restart",
-                    "--dir",
-                    _literal(str(state_dir)),
-                    "--approved-by={confirmed_by}",
-                ],
-                "env": {"PYTHONPATH": _env_literal(child_env({})["PYTHONPATH"])},
+                "run": _service_argv(python, "restart", state_dir),
+                "env": _service_env(),
                 "cwd": str(state_dir),
             },
         ]

@@ -2,6 +2,7 @@
 
     python -m bot.dev.service serve --port N --dir STATE_DIR [--healthy-for 20]
     python -m bot.dev.service restart --dir STATE_DIR [--approved-by U…]
+    python -m bot.dev.service metrics --dir STATE_DIR
     python -m bot.dev.service status --dir STATE_DIR
 
 ``serve`` answers ``GET /`` (a line of text), ``GET /health`` and ``GET /metrics`` (JSON)
@@ -9,14 +10,19 @@ on 127.0.0.1. It is healthy for ``--healthy-for`` seconds, then degraded until i
 ``/`` and ``/health`` take 1.5–2.5 s and about 30 % of them answer 500, and a background
 thread burns about 60 % of one core in short slices. A fresh process starts healthy, so
 a restart "fixes" it. A built-in client sends it a few requests a second, so its metrics
-and log have traffic to show. It writes ``web.pid``, ``web.json`` (its arguments, which
+and log have traffic to show. Its metrics describe the state it is in: the requests that
+finished since it began (start or degradation), at most the last minute (``window_s``);
+with none, the rates are null, not 0. It writes ``web.pid``, ``web.json`` (its arguments, which
 ``restart`` reuses), ``web.log`` (rotated at 1 MiB) and ``web.err`` (its stderr) in
 STATE_DIR, and nothing anywhere else.
 
-``restart`` and ``status`` are what the demo tools run; ``start_service`` and
-``stop_service`` are what ``opsloop dev`` calls. Before any signal, the pid in the
-pidfile must be a ``bot.dev.service serve`` process of the same STATE_DIR
-(``/proc/PID/cmdline``): a stale pidfile naming someone else's process is ignored.
+``restart`` and ``metrics`` are what the demo tools run (``metrics`` prints
+:func:`summary_line` first, then the JSON; ``restart`` takes the approver from
+``--approved-by`` or the ``OPSLOOP_CONFIRMED_BY`` a command tool gets), ``status`` is for
+people; ``start_service`` and ``stop_service`` are what ``opsloop dev`` calls. Before
+any signal, the pid in the pidfile must be a ``bot.dev.service serve`` process of the
+same STATE_DIR (``/proc/PID/cmdline``): a stale pidfile naming someone else's process is
+ignored.
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ class WebState:
         self.port = port
         self.healthy_for = healthy_for
         self.started = time.monotonic()
+        self.since = self.started  # when the current state began: metrics describe it
         self.requests = 0
         self.degraded = False  # set once, by ``_degrade``, after the log line saying so
         self._samples: deque[tuple[float, float, bool]] = deque(maxlen=100_000)
@@ -93,6 +100,12 @@ class WebState:
     @property
     def uptime(self) -> float:
         return time.monotonic() - self.started
+
+    def degrade(self) -> None:
+        """From now on: slow, failing requests and the CPU burn."""
+        with self._lock:
+            self.since = time.monotonic()
+        self.degraded = True
 
     def fault(self) -> tuple[float, bool]:
         """(seconds to stall, answer 500) for one request to ``/`` or ``/health``."""
@@ -110,12 +123,14 @@ class WebState:
         with self._lock:
             self._cpu.append((time.monotonic(), time.process_time()))
 
-    def window(self) -> list[tuple[float, float, bool]]:
-        cutoff = time.monotonic() - WINDOW_S
+    def window(self) -> tuple[float, list[tuple[float, float, bool]]]:
+        """(seconds, the requests finished in them): since the state began, at most a minute."""
+        now = time.monotonic()
         with self._lock:
-            while self._samples and self._samples[0][0] < cutoff:
+            while self._samples and self._samples[0][0] < now - WINDOW_S:
                 self._samples.popleft()
-            return list(self._samples)
+            since = max(self.since, now - WINDOW_S)
+            return now - since, [s for s in self._samples if s[0] >= since]
 
     def cpu_percent(self) -> float:
         with self._lock:
@@ -125,24 +140,51 @@ class WebState:
         return round(100 * (cpu1 - cpu0) / max(wall1 - wall0, 1e-6), 1)
 
     def metrics(self) -> dict[str, Any]:
-        samples = self.window()
+        window_s, samples = self.window()
         latencies = sorted(s[1] for s in samples)
         errors = sum(1 for s in samples if not s[2])
+        some = bool(samples)
         return {
             "service": "web",
             "pid": os.getpid(),
             "port": self.port,
             "state": "degraded" if self.degraded else "healthy",
             "uptime_s": round(self.uptime, 1),
+            "window_s": round(window_s, 1),
             "requests": self.requests,
             "requests_last_min": len(samples),
             "errors_last_min": errors,
-            "error_rate": round(errors / len(samples), 3) if samples else 0.0,
-            "p50_ms": round(_percentile(latencies, 0.50), 1),
-            "p95_ms": round(_percentile(latencies, 0.95), 1),
+            "error_rate": round(errors / len(samples), 3) if some else None,
+            "p50_ms": round(_percentile(latencies, 0.50), 1) if some else None,
+            "p95_ms": round(_percentile(latencies, 0.95), 1) if some else None,
             "cpu_burn": "on" if self.degraded else "off",
             "cpu_percent": self.cpu_percent(),
         }
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return "—"
+    return "<1 ms" if value < 1 else f"{value:.0f} ms"
+
+
+def summary_line(m: dict[str, Any]) -> str:
+    """The metrics in one line, as people read them (the ``metrics`` command's first)."""
+    window = f"the last {max(1.0, float(m.get('window_s') or 0)):.0f} s"
+    head = f"web is {m.get('state', 'unknown')}: "
+    rate = m.get("error_rate")
+    if not m.get("requests_last_min") or not isinstance(rate, int | float):
+        body = f"no request finished in {window}"
+    else:
+        body = (
+            f"{rate * 100:.0f}% of {m['requests_last_min']} requests failed in {window}, "
+            f"p50 {_ms(m.get('p50_ms'))}, p95 {_ms(m.get('p95_ms'))}"
+        )
+    cpu, up = float(m.get("cpu_percent") or 0), float(m.get("uptime_s") or 0)
+    return (
+        f"{head}{body}; CPU {cpu:.0f}% (burn {m.get('cpu_burn', '?')}), "
+        f"pid {m.get('pid', '?')}, up {up:.0f} s"
+    )
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -247,7 +289,7 @@ def _degrade(web: WebState, stop: threading.Event) -> None:
         hi,
         DEGRADED_ERROR_SHARE * 100,
     )
-    web.degraded = True
+    web.degrade()
 
 
 def _ticker(web: WebState, stop: threading.Event) -> None:
@@ -258,14 +300,7 @@ def _ticker(web: WebState, stop: threading.Event) -> None:
         if time.monotonic() - last_summary >= SUMMARY_EVERY_S:
             last_summary = time.monotonic()
             m = web.metrics()
-            log.info(
-                "last minute: %d requests, %.0f%% errors, p50 %.0f ms, p95 %.0f ms, cpu %.0f%%",
-                m["requests_last_min"],
-                m["error_rate"] * 100,
-                m["p50_ms"],
-                m["p95_ms"],
-                m["cpu_percent"],
-            )
+            log.info("%s", summary_line(m))
 
 
 def serve(*, port: int, state_dir: Path, healthy_for: float) -> int:
@@ -548,6 +583,14 @@ def _restart_command(state_dir: Path, approved_by: str) -> int:
     return 0
 
 
+def _metrics_command(state_dir: Path) -> int:
+    state_dir = state_dir.resolve()
+    m = fetch_metrics(service_port(state_dir))
+    print(summary_line(m))
+    print(json.dumps(m, indent=2))
+    return 0
+
+
 def _status_command(state_dir: Path) -> int:
     state_dir = state_dir.resolve()
     pid = running_pid(state_dir)
@@ -555,11 +598,8 @@ def _status_command(state_dir: Path) -> int:
         print("web: not running")
         return 1
     m = fetch_metrics(service_port(state_dir))
-    print(
-        f"web: pid {pid}, up {m['uptime_s']:.0f} s, {m['state']}, port {m['port']} "
-        f"(last minute: {m['error_rate'] * 100:.0f}% errors, p95 {m['p95_ms']:.0f} ms, "
-        f"cpu {m['cpu_percent']:.0f}%)"
-    )
+    up = f"up {m['uptime_s']:.0f} s"
+    print(f"web: pid {pid}, {up}, {m['state']}, port {m['port']} ({summary_line(m)})")
     return 0
 
 
@@ -572,9 +612,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_p.add_argument("--port", type=int, required=True)
     serve_p.add_argument("--healthy-for", type=float, default=DEFAULT_HEALTHY_FOR_S)
     restart_p = sub.add_parser("restart", help="replace the running process with a fresh one")
-    restart_p.add_argument("--approved-by", default="")
+    restart_p.add_argument(
+        "--approved-by",
+        default=os.environ.get("OPSLOOP_CONFIRMED_BY", ""),
+        help="who approved it (default: OPSLOOP_CONFIRMED_BY, which opsloop sets)",
+    )
+    metrics_p = sub.add_parser("metrics", help="the metrics: a summary line, then the JSON")
     status_p = sub.add_parser("status", help="pid, uptime and state")
-    for p in (serve_p, restart_p, status_p):
+    for p in (serve_p, restart_p, metrics_p, status_p):
         p.add_argument("--dir", type=Path, required=True, help="the dev mode's state folder")
     args = parser.parse_args(argv)
     try:
@@ -582,6 +627,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return serve(port=args.port, state_dir=args.dir, healthy_for=args.healthy_for)
         if args.command == "restart":
             return _restart_command(args.dir, args.approved_by)
+        if args.command == "metrics":
+            return _metrics_command(args.dir)
         return _status_command(args.dir)
     except (ServiceError, OSError) as exc:
         print(f"web: {exc}", file=sys.stderr)

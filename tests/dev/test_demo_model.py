@@ -170,7 +170,7 @@ def test_degraded_service_gets_a_restart_proposed_with_its_reason() -> None:
     assert proposal.tool_calls[0].arguments == {}
     reason = proposal.content or ""
     assert "/health answered HTTP 500 in 2517 ms" in reason
-    assert "23.8% of requests failed in the last minute (p95 2401 ms)" in reason
+    assert "23.8% of 130 requests failed in the last minute (p95 2401 ms)" in reason
     assert "60.4% CPU" in reason
     assert "check /health and the metrics again afterwards" in reason
 
@@ -213,7 +213,7 @@ def test_approved_restart_is_verified_then_reported_with_a_table() -> None:
     assert text.startswith("**web is healthy again.**")
     assert "| /health | HTTP 500 in 2517 ms | HTTP 200 in 3 ms |" in text
     assert "| state | degraded | healthy |" in text
-    assert "| error rate (last min) | 23.8% | 0.0% |" in text
+    assert "| failed requests | 23.8% of 130 (last minute) | 0.0% of 3 (last minute) |" in text
     assert "| p95 latency | 2401 ms | 1 ms |" in text
     assert "| CPU | 60% (burn on) | 1% (burn off) |" in text
     assert "| pid | 4242 | 4388 |" in text

@@ -288,6 +288,7 @@ def test_the_tools_act_on_the_real_service(state_dir: Path) -> None:
     wait_degraded(port)
     code, out = tool(path, "web_metrics")
     assert code == 0, out
+    assert out.startswith("web is degraded: "), out  # the line a step's card shows
     shown = json.loads(out[out.index("{") :])
     assert (shown["state"], shown["pid"], shown["cpu_burn"]) == ("degraded", old, "on")
     code, out = tool(path, "web_logs", "lines=200")
