@@ -9,15 +9,22 @@ limits (``MAX_VIEW_BLOCKS`` blocks, ``MAX_SECTION`` characters a section): each 
 is one section of at most ``SHOWN`` lines, each line cut, so even a workspace with
 thousands of jobs renders a bounded home, newest first.
 
+What it shows is current and readable: jobs awaiting approval count as live, states are
+Unicode emoji (a shortcode Slack does not know would show as text), channels are named
+(``bot.slack.names``: ``#ops``, not an id), and a thread that no longer exists in Slack
+(``conversations.replies`` answers ``thread_not_found``; looked at once per publish,
+bounded, remembered for ``GONE_TTL_S``) gets no link.
+
 The listener only schedules the publish (off the ack path): ``views.publish`` is a
 Slack call, and a slow Slack must not make Slack retry the event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +45,7 @@ from bot.slack.blockkit import (
     section_block,
 )
 from bot.slack.cards import whom_to_ask
+from bot.slack.names import Names
 from bot.turns.home import SHOWN, Configured, Home, HomeCard, HomeJob, configured, read_home
 from bot.turns.runner import Turns
 
@@ -47,21 +55,41 @@ MAX_VIEW_BLOCKS = 100  # Slack's limit for a home or modal view
 MAX_LINE = MAX_SECTION // (SHOWN + 2)  # one list's lines share one section
 HOME_TAB = "home"
 STATUS_EMOJI = {
-    "queued": ":hourglass_flowing_sand:",
-    "running": ":gear:",
-    "awaiting_approval": ":raised_hand:",
-    "completed": ":white_check_mark:",
-    "cancelled": ":black_square_for_stop:",
-    "failed": ":x:",
+    "queued": "⏳",
+    "running": "⚙️",
+    "awaiting_approval": "✋",
+    "completed": "✅",
+    "cancelled": "⏹️",
+    "failed": "❌",
 }
+OTHER_STATUS = "⏱️"
+CARD_EMOJI = "✋"
 DM_PREFIX = "D"
+THREAD_CHECK_S = 2.0  # all of one publish's looks at whether its threads still exist
+GONE_TTL_S = 600.0
+GONE_ERRORS = frozenset({"thread_not_found", "channel_not_found", "is_archived"})
+Where = tuple[str, str]  # (channel, thread ts)
 
 Background = Callable[[Coroutine[Any, Any, Any], str], None]
 
 
-def thread_link(base_url: str | None, channel: str, thread_ts: str) -> str:
-    """A mrkdwn link to a thread (Slack's permalink form), or where it is."""
-    where = "assistant pane (DM)" if channel.startswith(DM_PREFIX) else f"<#{channel}>"
+def thread_link(
+    base_url: str | None,
+    channel: str,
+    thread_ts: str,
+    *,
+    channels: Mapping[str, str] | None = None,
+    gone: Collection[Where] = (),
+) -> str:
+    """A mrkdwn link to a thread (Slack's permalink form), or where it is: the channel by
+    name when known, and no link to a thread that no longer exists."""
+    name = (channels or {}).get(channel)
+    if channel.startswith(DM_PREFIX):
+        where = "assistant pane (DM)"
+    else:
+        where = f"#{escaped(name, 80)}" if name else f"<#{channel}>"
+    if (channel, thread_ts) in gone:
+        return f"{where} (thread deleted)"
     if not base_url:
         return where
     return f"{where} <{base_url}archives/{channel}/p{thread_ts.replace('.', '')}|thread>"
@@ -79,23 +107,38 @@ def _lines(lines: Sequence[str], total: int, empty: str) -> str:
     return cut("\n".join([*lines, *tail]), MAX_SECTION)
 
 
-def job_line(job: HomeJob, base_url: str | None, *, now: float) -> str:
-    emoji = STATUS_EMOJI.get(job.status, ":stopwatch:")
+def job_line(
+    job: HomeJob,
+    base_url: str | None,
+    *,
+    now: float,
+    channels: Mapping[str, str] | None = None,
+    gone: Collection[Where] = (),
+) -> str:
+    emoji = STATUS_EMOJI.get(job.status, OTHER_STATUS)
     ago = duration(max(now - job.created_at, 0.0))
+    link = thread_link(base_url, job.channel, job.thread_ts, channels=channels, gone=gone)
     return _line(
-        f"{emoji} {thread_link(base_url, job.channel, job.thread_ts)} · {mention(job.requester)}"
+        f"{emoji} {link} · {mention(job.requester)}"
         f" · `{escaped(job.status, 40)}` · started {ago} ago"
     )
 
 
-def card_line(card: HomeCard, base_url: str | None, approvers: Sequence[str]) -> str:
+def card_line(
+    card: HomeCard,
+    base_url: str | None,
+    approvers: Sequence[str],
+    *,
+    channels: Mapping[str, str] | None = None,
+    gone: Collection[Where] = (),
+) -> str:
     who = whom_to_ask(approvers) if approvers else "anyone but the bot"
     if card.destructive:
         who += f", not {mention(card.requester)} (two-person rule)"
     kind = "destructive" if card.destructive else "change"
+    link = thread_link(base_url, card.channel, card.thread_ts, channels=channels, gone=gone)
     return _line(
-        f":raised_hand: `{escaped(card.tool, 80)}` ({kind}) in "
-        f"{thread_link(base_url, card.channel, card.thread_ts)} · asked by "
+        f"{CARD_EMOJI} `{escaped(card.tool, 80)}` ({kind}) in {link} · asked by "
         f"{mention(card.requester)} · may approve: {who} · expires {hhmm(card.expires_at)}"
     )
 
@@ -121,11 +164,14 @@ def home_view(
     approvers: Sequence[str],
     base_url: str | None,
     now: float,
+    channels: Mapping[str, str] | None = None,
+    gone: Collection[Where] = (),
 ) -> dict[str, Any]:
-    """The App Home view (``views.publish``'s ``view``), within Block Kit's limits."""
-    live = [job_line(j, base_url, now=now) for j in home.live]
-    cards = [card_line(c, base_url, approvers) for c in home.cards]
-    mine = [job_line(j, base_url, now=now) for j in home.mine]
+    """The App Home view (``views.publish``'s ``view``), within Block Kit's limits;
+    ``channels`` names channels, ``gone`` are threads that no longer exist (no link)."""
+    live = [job_line(j, base_url, now=now, channels=channels, gone=gone) for j in home.live]
+    cards = [card_line(c, base_url, approvers, channels=channels, gone=gone) for c in home.cards]
+    mine = [job_line(j, base_url, now=now, channels=channels, gone=gone) for j in home.mine]
     blocks: list[Block] = [
         {"type": "header", "text": {"type": "plain_text", "text": "opsloop"[:MAX_HEADER]}},
         section_block(f"*Live jobs* ({home.live_total})", block_id="live_title"),
@@ -150,7 +196,48 @@ class HomeTab:
     turns: Turns
     approvers: Sequence[str]
     background: Background
+    names: Names | None = None  # the process's (a tab of its own when not given)
     _base_url: str | None = field(default=None, init=False)
+    _gone: dict[Where, float] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        if self.names is None:
+            self.names = Names.of(self.client)
+
+    async def _exists(self, where: Where) -> bool:
+        channel, thread_ts = where
+        try:
+            await self.client.conversations_replies(channel=channel, ts=thread_ts, limit=1)
+        except Exception as exc:
+            error = getattr(getattr(exc, "response", None), "get", lambda _: None)("error")
+            return error not in GONE_ERRORS  # unknown: keep the link
+        return True
+
+    async def gone_threads(self, home: Home, *, now: float) -> set[Where]:
+        """The shown threads Slack no longer has (each looked at once per ``GONE_TTL_S``
+        at most; all within ``THREAD_CHECK_S``; a thread Slack did not answer for stays)."""
+        shown = {(j.channel, j.thread_ts) for j in (*home.live, *home.mine)}
+        shown |= {(c.channel, c.thread_ts) for c in home.cards}
+        gone = {w for w, until in self._gone.items() if until > now and w in shown}
+        ask = [w for w in shown - gone if not w[0].startswith(DM_PREFIX)]
+        if ask:
+            tasks = [asyncio.ensure_future(self._exists(w)) for w in ask]
+            done, pending = await asyncio.wait(tasks, timeout=THREAD_CHECK_S)
+            for task in pending:
+                task.cancel()
+            for where, task in zip(ask, tasks, strict=True):
+                if task in done and not task.cancelled() and task.result() is False:
+                    gone.add(where)
+                    self._gone[where] = now + GONE_TTL_S
+        return gone
+
+    async def channel_names(self, home: Home) -> dict[str, str]:
+        """The names of the channels the home shows (looked up, bounded)."""
+        assert self.names is not None
+        ids = {j.channel for j in (*home.live, *home.mine)} | {c.channel for c in home.cards}
+        ids = {c for c in ids if not c.startswith(DM_PREFIX)}
+        await self.names.prefetch(" ".join(f"<#{c}>" for c in sorted(ids)))
+        return {c: n for c in ids if (n := self.names.name_of("channel", c)) is not None}
 
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         user = event.get("user")
@@ -173,12 +260,17 @@ class HomeTab:
         now = time.time()
         try:
             home = await read_home(self.turns, user, now=now)
+            channels, gone = await asyncio.gather(
+                self.channel_names(home), self.gone_threads(home, now=now)
+            )
             view = home_view(
                 home,
                 configured(self.turns),
                 approvers=self.approvers,
                 base_url=await self.base_url(),
                 now=now,
+                channels=channels,
+                gone=gone,
             )
             await self.client.views_publish(user_id=user, view=view)
         except Exception:

@@ -37,7 +37,7 @@ MAX_NAME = 80
 MAX_TOKEN = 64  # the longest ``<@U…|label>`` a stream holds back while it is incomplete
 
 # ``<@U…>``, ``<@W…>`` (enterprise users), ``<#C…>``/``<#G…>``, each with an optional label.
-_TOKEN = re.compile(r"<([@#])([UWCGD][A-Z0-9]{2,})(?:\|([^<>|]*))?>")
+_TOKEN = re.compile(r"<([@#])([UWCGD][A-Z0-9]+)(?:\|([^<>|]*))?>")
 
 Kind = Literal["user", "channel"]
 Lookup = Callable[[Kind, str], Awaitable[str | None]]

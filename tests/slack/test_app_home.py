@@ -7,6 +7,7 @@ is never an error."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
@@ -25,12 +26,12 @@ from bot.emulator.slack_assistant import MAX_VIEW_BLOCKS, view_errors
 from bot.slack.actions import Interactions
 from bot.slack.app import Messages, bolt_app
 from bot.slack.blockkit import MAX_SECTION
-from bot.slack.home import home_view
+from bot.slack.home import HomeTab, home_view
 from bot.slack.identity import BotIdentity
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
 from bot.store.approvals import ApprovalRecord
-from bot.store.keys import BUCKETS, RECENT_JOBS_MAX, Keys, Thread
+from bot.store.keys import BUCKETS, RECENT_JOBS_MAX, Keys, Thread, job_bucket
 from bot.turns.home import SHOWN, configured, read_home
 from bot.turns.runner import Turns
 from tests.e2e.harness import sign
@@ -126,7 +127,7 @@ async def test_cards_waiting_name_who_may_approve_and_decided_ones_leave(turns: 
     view = home_view(home, configured(turns), approvers=["UAPP1", "SOPS"], base_url=None, now=now)
 
     cards = next(b["text"]["text"] for b in view["blocks"] if b.get("block_id") == "cards")
-    assert cards.count(":raised_hand:") == 1
+    assert cards.count("✋") == 1
     assert "`delete_pod` (destructive) in <#C9>" in cards
     assert "may approve: <@UAPP1>, <!subteam^SOPS>, not <@UREQ1> (two-person rule)" in cards
 
@@ -202,6 +203,8 @@ async def test_opening_the_home_tab_publishes_it_and_other_tabs_do_not(
     slack: FakeSlack, turns: Turns
 ) -> None:
     await many_jobs(turns, 30)
+    for n in range(30):  # the threads exist in Slack (a deleted one gets no link)
+        slack.add_message(f"C{n % 7}", ts(n), "U1", f"job {n}")
     edge = Edge(slack, turns)
 
     assert await edge.send(sender.app_home_opened(user="U1", channel="D1", tab="messages")) == 200
@@ -231,3 +234,49 @@ async def test_a_refused_publish_or_a_store_failure_is_never_an_error(
     await edge.settle()
     assert slack.pane.homes == {}
     await dead.aclose()
+
+
+async def test_home_counts_jobs_awaiting_approval_names_channels_and_drops_gone_threads(
+    turns: Turns, redis: aioredis.Redis, keys: Keys
+) -> None:
+    now = time.time()
+    async with FakeSlack(channels={"C1": "incidents"}) as slack:
+        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        for n in range(12):
+            thread = Thread("C1", ts(n))
+            if n != 11:  # the newest job's thread was deleted in Slack since
+                slack.add_message("C1", thread.thread_ts, "U1", f"job {n}")
+            receipt = await turns.receive(thread, ts=thread.thread_ts, user="U1", text="x")
+            job_id = str(receipt.job_id)
+            if n == 0:
+                continue  # queued: in the scanner's index
+            # Paused for a card: out of the scanner's index (no lease), one pending card.
+            await redis.zrem(keys.active_jobs(job_bucket(job_id)), job_id)
+            await turns.approvals.create(
+                ApprovalRecord(
+                    job_id=job_id,
+                    call_id="c1",
+                    tool="restart",
+                    category="mutating",
+                    args_hash="h",
+                    arguments={},
+                    requester="U1",
+                    channel="C1",
+                    thread_ts=thread.thread_ts,
+                    requested_at=now,
+                    expires_at=now + 600,
+                )
+            )
+        tab = HomeTab(client=client, turns=turns, approvers=["UAPP1"], background=lambda c, _: None)
+        await tab.publish("U1")
+        [call] = slack.calls_of("views.publish")
+
+    blocks = {b.get("block_id"): b for b in call["view"]["blocks"]}
+    assert blocks["live_title"]["text"]["text"] == "*Live jobs* (12)"
+    live = blocks["live"]["text"]["text"]
+    shown = " ".join(b["text"]["text"] for b in call["view"]["blocks"] if "text" in b)
+    assert not re.search(r":[a-z_]+:", shown), "an emoji shortcode would show as text"
+    assert "#incidents" in live and "<#C1>" not in live
+    first, second = live.splitlines()[:2]
+    assert "(thread deleted)" in first and "|thread>" not in first
+    assert f"p{ts(10).replace('.', '')}|thread>" in second
