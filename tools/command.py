@@ -54,6 +54,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -145,9 +146,18 @@ class CommandTool(DeclaredTool):
         return argv
 
     def preview(self, args: BaseModel, ctx: CallContext) -> str | None:
-        """The argv a call runs, quoted for reading as a shell would (it is never run
-        through one), for the approval card. The environment is not shown."""
-        return shlex.join(self.argv(args, ctx))
+        """The command a call runs, for the approval card, as an SRE reads it: quoted as
+        a shell would (it is never run through one), an interpreter's path left out
+        (``python -m mod …`` → ``mod …``, ``/usr/bin/python3 /opt/ctl.py …`` →
+        ``ctl.py …``), and the arguments that carry the approver (``{confirmed_by}``,
+        unknown before the click) named on a second line instead of a placeholder.
+        The environment is not shown."""
+        argv = self.argv(args, ctx)
+        template = self.command.run
+        if ctx.dry_run and self.command.dry_run is not None:
+            template = self.command.dry_run
+        approver = [i for i, element in enumerate(template) if "{confirmed_by}" in element]
+        return readable_command(argv, approver_at=approver)
 
     def environment(self, ctx: CallContext) -> tuple[dict[str, str], list[str]]:
         """The child's whole environment, and the secret values to redact (longest
@@ -212,6 +222,33 @@ class CommandTool(DeclaredTool):
         if not err.strip():
             return out
         return out + ("" if not out or out.endswith("\n") else "\n") + "stderr:\n" + err
+
+
+_INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|node|nodejs|perl|ruby|bash|sh|dash|zsh)$")
+
+
+def readable_command(argv: Sequence[str], *, approver_at: Sequence[int] = ()) -> str:
+    """``argv`` as the card shows it (see ``CommandTool.preview``)."""
+    where = set(approver_at)
+    shown = [a for i, a in enumerate(argv) if i not in where]
+    carried = [_flag(argv[i], last=i == len(argv) - 1) for i in sorted(where) if i < len(argv)]
+    if shown and _INTERPRETER.match(os.path.basename(shown[0])):
+        rest = shown[1:]
+        if len(rest) >= 2 and rest[0] == "-m":
+            shown = rest[1:]
+        elif rest and not rest[0].startswith("-"):
+            shown = [os.path.basename(rest[0]), *rest[1:]]
+    text = shlex.join(shown)
+    if carried:
+        text += "\n# and the approver's Slack id as " + ", ".join(carried)
+    return text
+
+
+def _flag(element: str, *, last: bool) -> str:
+    """``--approved-by=U…`` → ``--approved-by``; a bare value → ``the last argument``."""
+    if element.startswith("-"):
+        return element.split("=", 1)[0]
+    return "the last argument" if last else "an argument"
 
 
 class _Arg:

@@ -49,6 +49,7 @@ MAX_CARD_APPROVERS = 8
 MAX_PREVIEW_CHARS = 1_000
 ARG_VALUE_CHARS = 300
 
+ANYONE = "anyone in the workspace may approve"
 _SKIPPED_ARGS = frozenset({"confirmed_by"})  # set from the click, never shown as the model's
 
 
@@ -141,9 +142,8 @@ def _card_body(
         blocks.append(section_block(head + cut(body, MAX_SECTION - len(head) - len(tail)) + tail))
     elif record.category == "destructive":  # its tool has none (``has_dry_run``)
         blocks.append(section_block(NO_DRY_RUN))
-    who = ""
-    if approvers:  # whom to ask, in an incident
-        who = " · approvers: " + whom_to_ask(approvers)
+    # Whom to ask, in an incident; with no approver policy, say that anyone may.
+    who = " · approvers: " + whom_to_ask(approvers) if approvers else " · " + ANYONE
     if record.category == "destructive":
         who += " · the requester may not approve it"
     blocks.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
@@ -27,10 +28,13 @@ async def test_approve_runs_the_call_once_as_the_clicker(
     card = await wait_card(slack, "C1", event["ts"])
     assert "restart_service" in card.text and "nginx" in str(card.blocks)
     assert "Restarting nginx to clear the leak." in str(card.blocks)
-    # The approver sees exactly what will run (the approver's id goes where it says).
+    # The approver sees what will run as an SRE reads it: no interpreter path, and the
+    # approver's id named where it goes rather than shown as a placeholder.
     assert "*Will run*" in str(card.blocks)
-    assert "recorder.py" in str(card.blocks)
-    assert "restart_service nginx '&lt;approver&gt;'" in str(card.blocks)
+    blocks = str(card.blocks)
+    assert "recorder.py " in blocks and sys.executable not in blocks
+    assert "restart_service nginx\\n# and the approver's Slack id as the last argument" in blocks
+    assert "approver&gt;" not in blocks
     assert runs(log) == []  # nothing ran before the click
     status_ts = next(m.ts for m in slack.messages("C1", event["ts"]) if m.user == "UBOT")
     await slack.wait_for(

@@ -416,7 +416,8 @@ def test_approval_card_exact() -> None:
                 "elements": [
                     {
                         "type": "mrkdwn",
-                        "text": "Requested by <@U0REQ> · mutating · expires at 14:05 UTC",
+                        "text": "Requested by <@U0REQ> · mutating · expires at 14:05 UTC"
+                        " · anyone in the workspace may approve",
                     }
                 ],
             },

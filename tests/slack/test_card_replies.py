@@ -89,3 +89,10 @@ def test_the_decided_card_keeps_what_was_said() -> None:
     text = replies_text(card.blocks)
     assert "while this waited" in text
     assert "Approved by <@UBOB>" in card.text
+
+
+def test_with_no_approver_policy_the_card_says_anyone_may_approve() -> None:
+    card = approval_card(record())
+    assert "anyone in the workspace may approve" in str(card.blocks)
+    named = approval_card(record(), approvers=["UAPPROVER1"])
+    assert "anyone" not in str(named.blocks) and "approvers: <@UAPPROVER1>" in str(named.blocks)
