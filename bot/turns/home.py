@@ -2,8 +2,7 @@
 
 ``read_home`` gathers, in a few bounded round trips: the live jobs (the newest of the
 workspace's recent-jobs index that are still ``queued``, ``running`` or
-``awaiting_approval``, with the live total: the scanner's index and the pending cards, as
-a job awaiting approval is live but out of that index), the cards waiting
+``awaiting_approval``, with the live total from the scanner's index), the cards waiting
 for a decision (the approval-expiry index, soonest to expire first, each re-read and
 kept only while pending), and the viewer's own newest jobs. ``configured`` says what
 this deployment runs with (packs, MCP servers, limits). Every list is cut to ``shown``;
@@ -115,9 +114,7 @@ async def read_home(turns: Turns, user: str, *, now: float, shown: int = SHOWN) 
     pending.sort(key=lambda a: a.requested_at, reverse=True)
     return Home(
         live=tuple(live),
-        # A job awaiting approval holds no lease and leaves the scanner's index, but it
-        # is live: its card counts it (one pending card per paused job).
-        live_total=max(counts.jobs + counts.pending_approvals, len(live)),
+        live_total=max(counts.jobs, len(live)),
         cards=tuple(_card(a) for a in pending[:shown]),
         cards_total=max(counts.pending_approvals, len(pending)),
         mine=tuple(_job(r) for r in mine[:shown]),

@@ -11,7 +11,7 @@ from bot.emulator.slack import FakeSlack
 
 from .approvals_kit import call_then_answer, tools_yml, wait_card
 from .conftest import StartBot
-from .harness import BotProcess, ScriptedModel, mention
+from .harness import BotProcess, ScriptedModel, mention, seed
 
 
 async def open_home(serve: BotProcess, slack: FakeSlack, user: str) -> str:
@@ -34,6 +34,7 @@ async def test_app_home_shows_live_jobs_cards_mine_and_the_configuration(
     }
     first = await bot(**env)
     event = mention("C0INC1", "U0ALICE", "nginx leaks memory on web-03, restart it")
+    seed(slack, event)  # the thread exists in Slack: Home links it
     assert (await first.send(event))[0] == 200
     await wait_card(slack, "C0INC1", event["ts"])
 

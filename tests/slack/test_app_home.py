@@ -31,7 +31,7 @@ from bot.slack.identity import BotIdentity
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
 from bot.store.approvals import ApprovalRecord
-from bot.store.keys import BUCKETS, RECENT_JOBS_MAX, Keys, Thread, job_bucket
+from bot.store.keys import BUCKETS, RECENT_JOBS_MAX, Keys, Thread
 from bot.turns.home import SHOWN, configured, read_home
 from bot.turns.runner import Turns
 from tests.e2e.harness import sign
@@ -237,7 +237,7 @@ async def test_a_refused_publish_or_a_store_failure_is_never_an_error(
 
 
 async def test_home_counts_jobs_awaiting_approval_names_channels_and_drops_gone_threads(
-    turns: Turns, redis: aioredis.Redis, keys: Keys
+    turns: Turns,
 ) -> None:
     now = time.time()
     async with FakeSlack(channels={"C1": "incidents"}) as slack:
@@ -249,9 +249,8 @@ async def test_home_counts_jobs_awaiting_approval_names_channels_and_drops_gone_
             receipt = await turns.receive(thread, ts=thread.thread_ts, user="U1", text="x")
             job_id = str(receipt.job_id)
             if n == 0:
-                continue  # queued: in the scanner's index
-            # Paused for a card: out of the scanner's index (no lease), one pending card.
-            await redis.zrem(keys.active_jobs(job_bucket(job_id)), job_id)
+                continue  # queued
+            # Paused for a card (the scanner's index keeps it, to look at the decision).
             await turns.approvals.create(
                 ApprovalRecord(
                     job_id=job_id,
