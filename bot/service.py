@@ -290,7 +290,9 @@ class Service:
             on_expired=interactions.card_expired,
             on_remind=interactions.remind,
             on_card=interactions.redo_card,
-            on_ending=lambda record: deliver_ending(client, record, bot_user=identity.user),
+            on_ending=lambda record: deliver_ending(
+                client, record, bot_user=identity.user, names=names
+            ),
         )
         app = bolt_app(
             client=client,
@@ -300,6 +302,7 @@ class Service:
             interactions=interactions,
             metrics=metrics,
             pane=PaneConfig(tuple(bot.suggested_prompt_list), bot.approval_channel),
+            names=names,
         )
         return cls(
             settings=bot,

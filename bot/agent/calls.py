@@ -169,6 +169,9 @@ class CallRunner:
                 duration_s=0.0,
                 output_chars=len(text),
                 confirmed_by=confirmed_by,
+                # Why it did not run, in one line ("Error: declined: denied by <@U…>",
+                # "… approval expired"): the resumed run's task card says it.
+                summary=" ".join(text.split())[:200],
             )
         )
         return Outcome(

@@ -41,6 +41,7 @@ from bot.slack.actions import Interactions
 from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
 from bot.slack.context import Own, thread_context
 from bot.slack.identity import BotIdentity
+from bot.slack.names import Names
 from bot.store.keys import Thread
 from bot.turns import admission as gate
 from bot.turns.admission import JobAdmission
@@ -224,6 +225,7 @@ def bolt_app(
     interactions: Interactions,
     metrics: Metrics | None = None,
     pane: assistant.PaneConfig | None = None,
+    names: Names | None = None,
 ) -> AsyncApp:
     """The bolt app with every listener registered (``manifest.yml`` declares them).
     Over Socket Mode there is no request to verify: the websocket is authenticated."""
@@ -243,6 +245,6 @@ def bolt_app(
     feedback.register(app, turns=messages.turns, metrics=metrics)
     shortcut.register(app, messages=messages, interactions=interactions)
     assistant.register(app, messages=messages, background=interactions.background, config=pane)
-    home.register(app, interactions=interactions)
+    home.register(app, interactions=interactions, names=names)
     outputs.register(app, turns=messages.turns, client=client, background=interactions.background)
     return app

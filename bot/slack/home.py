@@ -277,14 +277,15 @@ class HomeTab:
             log.warning("App Home for %s not published", user, exc_info=True)
 
 
-def register(app: AsyncApp, *, interactions: Interactions) -> HomeTab:
+def register(app: AsyncApp, *, interactions: Interactions, names: Names | None = None) -> HomeTab:
     """Listen for ``app_home_opened`` (``manifest.yml``: the ``app_home`` feature and
-    the event)."""
+    the event); ``names`` is the process's cache of people and channels."""
     tab = HomeTab(
         client=interactions.client,
         turns=interactions.turns,
         approvers=interactions.policy.approvers,
         background=interactions.background,
+        names=names,
     )
     app.event("app_home_opened")(tab.on_home_opened)
     return tab

@@ -27,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.state import RunResult, StopReason
 from bot.slack.answers import answer_messages
+from bot.slack.names import Names
 from bot.slack.notifier import FIND_STATUS_PAGE, FIND_STATUS_TIMEOUT_S, has_stop_for
 from bot.slack.progress import ending_for, post_patiently
 from bot.store.jobs import JobRecord
@@ -56,7 +57,11 @@ def has_feedback_for(blocks: Sequence[Any], job_id: str) -> bool:
 
 
 async def deliver_ending(
-    client: AsyncWebClient, record: JobRecord, *, bot_user: str | None
+    client: AsyncWebClient,
+    record: JobRecord,
+    *,
+    bot_user: str | None,
+    names: Names | None = None,
 ) -> bool:
     """Show the ended job's answer (unless the thread has it) and its ending; False
     when Slack could not be read or refused (the scanner tries again later)."""
@@ -87,7 +92,11 @@ async def deliver_ending(
         if answer is not None and not any(
             has_feedback_for(m.get("blocks") or [], record.id) for m in own
         ):
-            for message in answer_messages(answer, job_id=record.id):
+            messages = answer_messages(answer, job_id=record.id)
+            if names is not None:  # people and channels by name in the markdown blocks
+                await names.prefetch(answer)
+                messages = answer_messages(answer, job_id=record.id, render=names.render)
+            for message in messages:
                 await post_patiently(
                     client,
                     channel=record.channel,

@@ -14,6 +14,7 @@ from bot.agent.state import RunState, Usage
 from bot.emulator.slack import BOT_USER_ID, FakeSlack
 from bot.slack.answers import answer_messages
 from bot.slack.blocks import Progress, status_message
+from bot.slack.names import Names
 from bot.slack.redelivery import deliver_ending
 from bot.store.jobs import JobLimits, JobRecord, JobStatus, new_job
 from bot.store.keys import Thread
@@ -129,3 +130,21 @@ async def test_a_thread_slack_will_not_show_is_a_failed_try(
     slack.fail_next("chat.postMessage", status=200, error="channel_not_found")
     assert not await deliver_ending(client, record, bot_user=BOT_USER_ID)
     assert thread_texts(slack, record) == [thread_texts(slack, record)[0]]  # nothing posted
+
+
+async def test_a_redelivered_answer_names_people_in_its_markdown(
+    slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    slack.users["UALICE01"] = {
+        "id": "UALICE01",
+        "name": "alice",
+        "profile": {"display_name": "alice"},
+    }
+    record = await ended_job(slack, client)
+    record = record.model_copy(update={"output": "Done, as <@UALICE01> asked."})
+
+    assert await deliver_ending(client, record, bot_user=BOT_USER_ID, names=Names.of(client))
+
+    answer = [m for m in slack.messages("C1", record.thread_ts) if m.text.startswith("Done, as")]
+    markdown = [b["text"] for b in answer[0].blocks or [] if b["type"] == "markdown"]
+    assert markdown == ["Done, as @alice asked."]

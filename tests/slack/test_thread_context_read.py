@@ -109,6 +109,7 @@ async def test_a_later_read_asks_only_for_what_came_since_the_last(
 async def test_a_thread_longer_than_the_pages_read_says_so(
     messages: Messages, slack: FakeSlack
 ) -> None:
+    messages.context_timeout_s = 30.0  # a hang guard: this test counts pages, not time
     slack.add_post(CHANNEL, alert_posts.alertmanager_firing(), ts=ROOT)
     for n in range(CONTEXT_PAGE * CONTEXT_PAGES + 10):
         slack.add_message(CHANNEL, None, "U1", f"message {n}", thread_ts=ROOT)
