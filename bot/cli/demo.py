@@ -1,25 +1,41 @@
-"""``opsloop demo``: one incident played in the terminal, offline.
+"""``opsloop demo``: the dev page's incident, told in the terminal, offline.
 
-One agent turn runs with a scripted model and stand-in tools, so the loop can be seen
-working without Slack, Redis or a model API key: it prints each model call and tool call,
-asks for approval of the restart it proposes (``--approve`` / ``--deny`` answer on the
-command line; without either, the terminal is asked, and a stdin that is not a terminal
-approves), then prints the answer and how the run ended. Exit 0 when the run ended well.
-The script reacts to the history (tool results and decisions), not to a fixed call count.
+The same story as ``make run``'s page: alice mentions the bot about the demo service
+"web" ("web is slow, look into it"); the bot checks its health and its metrics, proposes a
+restart, and the approval card is drawn in the terminal; the restart runs only once
+someone approves it, then the bot checks web again and answers. The bot's side is the
+dev page's own demo model (``bot.dev.demo_model``) driving the real agent loop
+(``bot.agent.run``) with its four tools (``web_health``, ``web_metrics``, ``web_logs``,
+``web_restart``); only "web" itself is played here, in process, with the numbers a
+degraded and then a freshly restarted web answer (no Slack, Redis, model API key or
+process of its own).
+
+Approval: in a terminal the card waits for one key — Enter approves (as bob, the page's
+approver), ``d`` denies, Ctrl-C stops the demo. ``--yes`` approves and ``--deny`` denies
+without asking. When stdin is not a terminal and neither is given, nobody can press a
+key: the card says how to approve (``opsloop demo --yes``) and is denied, as an
+unanswered card never runs anything; the demo then ends with the bot's answer to that.
+Exit 0 when the run ended well, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import os
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
+from rich.console import Console
+from rich.markdown import Markdown
 
 from bot.agent import (
     AgentConfig,
-    AnyMessage,
     Approved,
     CallContext,
     ConfirmRequest,
@@ -30,172 +46,251 @@ from bot.agent import (
     ModelRequest,
     ModelResponse,
     ToolCall,
-    ToolMessage,
     UserMessage,
     run,
 )
 from bot.agent.events import Event
 from bot.agent.testing import ScriptedModel
 from bot.agent.work_done import work_done
+from bot.dev.demo_model import DemoPolicy
+from bot.llm.openai import render_message
 
-DEMO_PROMPT = "web-03 is at 95% CPU, look into it"
+REQUESTER, APPROVER = "alice", "bob"
+DEMO_PROMPT = "@opsloop web is slow, look into it"
 DEMO_SYSTEM = "You are opsloop, an SRE assistant. Investigate before you change anything."
+CARD_WIDTH = 76
+APPROVE_KEYS, DENY_KEYS = ("\r", "\n"), ("d", "D")
+NO_TERMINAL = (
+    "stdin is not a terminal, so nobody can press a key: the card is denied. To approve\n"
+    "it, run `opsloop demo --yes` (or `opsloop demo` in a terminal and press Enter)."
+)
 
 
-class HostArgs(BaseModel):
-    host: str = Field(description="Host name, e.g. web-03")
+# -- "web", played in process -----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DemoWeb:
+    """The demo service as its tools see it: degraded until restarted."""
+
+    pid: int = 4242
+    degraded: bool = True
+
+    def health(self) -> str:
+        if self.degraded:
+            return (
+                "HTTP 500 Internal Server Error in 2140 ms\n"
+                "error: reindex job holds every worker (timed out waiting for a worker)"
+            )
+        return "HTTP 200 OK in 4 ms\nok"
+
+    def metrics(self) -> str:
+        degraded = self.degraded
+        data = {
+            "service": "web",
+            "pid": self.pid,
+            "state": "degraded" if degraded else "healthy",
+            "uptime_s": 83.4 if degraded else 6.2,
+            "requests_last_min": 236 if degraded else 24,
+            "errors_last_min": 73 if degraded else 0,
+            "error_rate": 0.309 if degraded else 0.0,
+            "p50_ms": 1950.0 if degraded else 3.1,
+            "p95_ms": 2460.0 if degraded else 8.4,
+            "cpu_burn": "on" if degraded else "off",
+            "cpu_percent": 61.0 if degraded else 2.0,
+        }
+        return "HTTP 200 OK in 3 ms\n" + json.dumps(data, indent=2)
+
+    def logs(self, lines: int) -> str:
+        tail = [
+            "2026-05-28 20:26:01 INFO started: pid 4242 on 127.0.0.1:8081, healthy for 20 s",
+            "2026-05-28 20:26:21 WARNING background job 'reindex' is stuck in a busy loop "
+            "after 20 s of uptime (demo fault): requests now take 1.5-2.5 s, about 30% fail, "
+            "CPU burn on",
+            "2026-05-28 20:26:40 ERROR GET / 500 in 2210 ms: timed out waiting for a worker",
+            "2026-05-28 20:26:41 WARNING GET / 200 in 1890 ms (slow)",
+        ]
+        return "\n".join(tail[-lines:])
+
+    def restart(self, approved_by: str | None) -> str:
+        old, self.pid, self.degraded = self.pid, 4311, False
+        by = f" (approved by {approved_by})" if approved_by else ""
+        return f"restarted web: pid {old} → {self.pid}, healthy{by}"
+
+
+class NoArgs(BaseModel):
+    pass
 
 
 class LogArgs(BaseModel):
-    host: str = Field(description="Host name")
-    lines: int = Field(default=20, ge=1, le=200, description="How many lines from the end")
+    lines: int = Field(default=40, ge=1, le=200, description="How many lines from the end")
 
 
-class RestartArgs(BaseModel):
-    host: str = Field(description="Host name")
-    service: str = Field(description="Unit name", pattern=r"^[a-z0-9@._-]+$")
+def demo_tools(web: DemoWeb) -> list[FunctionTool]:
+    """The dev page's four tools (``bot.dev.demo_tools``), answered by ``web``."""
 
+    async def health(args: NoArgs, ctx: CallContext) -> str:
+        return web.health()
 
-async def _cpu(args: HostArgs, ctx: CallContext) -> str:
-    return f"{args.host}: cpu 95.2% (user 91.0%), load 7.8/7.1/5.2 on 4 cores"
+    async def metrics(args: NoArgs, ctx: CallContext) -> str:
+        return web.metrics()
 
+    async def logs(args: LogArgs, ctx: CallContext) -> str:
+        return web.logs(args.lines)
 
-async def _logs(args: LogArgs, ctx: CallContext) -> str:
-    return (
-        f"{args.host} nginx error.log (last 3 of {args.lines}):\n"
-        "worker process 4121 exited on signal 9\n"
-        "upstream timed out (110) while reading response header\n"
-        "worker_connections are not enough"
-    )
+    async def restart(args: NoArgs, ctx: CallContext) -> str:
+        return web.restart(ctx.confirmed_by)
 
+    def read(name: str, text: str, args: type[BaseModel], fn: Any) -> FunctionTool:
+        return FunctionTool(name=name, description=text, args_model=args, fn=fn, parallel=True)
 
-async def _restart(args: RestartArgs, ctx: CallContext) -> str:
-    return f"restarted {args.service} on {args.host} (approved by {ctx.confirmed_by})"
-
-
-def demo_tools() -> list[FunctionTool]:
     return [
+        read("web_health", 'Health check of the service "web": GET /health.', NoArgs, health),
+        read("web_metrics", 'Metrics of the service "web" over the last minute.', NoArgs, metrics),
+        read("web_logs", 'The last lines of the log of the service "web".', LogArgs, logs),
         FunctionTool(
-            name="host_cpu",
-            description="CPU usage and load of a host.",
-            args_model=HostArgs,
-            fn=_cpu,
-            parallel=True,
-        ),
-        FunctionTool(
-            name="tail_log",
-            description="The last lines of a host's nginx error log.",
-            args_model=LogArgs,
-            fn=_logs,
-            parallel=True,
-        ),
-        FunctionTool(
-            name="restart_service",
-            description="Restart a systemd service on a host.",
-            args_model=RestartArgs,
-            fn=_restart,
+            name="web_restart",
+            description='Restart the service "web": a fresh process on the same port.',
+            args_model=NoArgs,
+            fn=restart,
             category="mutating",
         ),
     ]
 
 
-def _call(call_id: str, name: str, **arguments: object) -> ToolCall:
-    return ToolCall(id=call_id, name=name, arguments=json.dumps(arguments))
+# -- the bot's side: the page's demo model --------------------------------------------------
 
 
-def demo_script(request: ModelRequest) -> ModelResponse:
-    """The demo model: investigate, propose a restart, check it, then report."""
-    results = [m for m in request.messages if isinstance(m, ToolMessage)]
-    by_name = {m.name: m for m in results}
-    if not results:
-        return ModelResponse(
-            content="Checking CPU and the nginx log on web-03.",
-            tool_calls=(
-                _call("d1", "host_cpu", host="web-03"),
-                _call("d2", "tail_log", host="web-03", lines=50),
-            ),
-        )
-    if "restart_service" not in by_name:
-        return ModelResponse(
-            content="nginx workers are being OOM-killed and requests time out; "
-            "a restart should clear the stuck workers.",
-            tool_calls=(_call("d3", "restart_service", host="web-03", service="nginx"),),
-        )
-    outcome = by_name["restart_service"]
-    if outcome.is_error:
-        return ModelResponse(
-            content="The restart was not approved, so nothing changed. web-03 stays at 95% "
-            "CPU with nginx workers being killed; next step: raise worker_connections."
-        )
-    if results[-1].name == "restart_service":
-        # An approved change is done once a read-only call checked it.
-        return ModelResponse(
-            content="Checking that the restart helped.",
-            tool_calls=(_call("d4", "host_cpu", host="web-03"),),
-        )
-    return ModelResponse(
-        content="Restarted nginx on web-03 (approved by "
-        f"{outcome.confirmed_by}); CPU is falling. "
-        "Root cause: worker_connections too low for current traffic."
-    )
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What ``DemoPolicy`` reads of a scripted server's request: OpenAI-shaped messages."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
 
 
-def demo_model() -> ScriptedModel:
-    return ScriptedModel(fn=demo_script, name="demo model")
+def demo_model(say: Callable[[str], None]) -> ScriptedModel:
+    """The page's demo model on the neutral request; its step notes go to ``say`` (a
+    note that comes with a change is the card's reason, shown there once)."""
+    policy, ids = DemoPolicy(), itertools.count(1)
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        scripted = _Request([render_message(m) for m in request.messages])
+        reply = policy(cast(Any, scripted))  # it reads .messages and .tools only
+        calls = tuple(
+            ToolCall(id=f"demo{next(ids)}", name=c.name, arguments=c.arguments_json)
+            for c in reply.tool_calls
+        )
+        if calls and reply.content and all(c.name != "web_restart" for c in calls):
+            say(reply.content)
+        return ModelResponse(content=reply.content or "", tool_calls=calls)
+
+    return ScriptedModel(fn=answer, name="demo model")
+
+
+# -- the terminal ---------------------------------------------------------------------------
+
+
+def card(request: ConfirmRequest, *, does: str, asking: bool) -> str:
+    """The approval card as a box: what the Slack card says (``does``: what the tool
+    does), and the keys."""
+    rule = "─" * (CARD_WIDTH - 2)
+    body = [f"Approval needed: {request.tool}", ""]
+    if request.reason:
+        body += ["Reason", *textwrap.wrap(request.reason, CARD_WIDTH - 4), ""]
+    args = {k: v for k, v in request.arguments.items() if k != "confirmed_by"}
+    call = f"{request.tool}({json.dumps(args) if args else ''})"
+    body += ["Will run", *textwrap.wrap(f"{call}: {does}", CARD_WIDTH - 4), ""]
+    body.append(f"Requested by {REQUESTER} · {request.category} · approver: {APPROVER}")
+    if asking:
+        body += ["", "[ Approve: Enter ]   [ Deny: d ]"]
+    lines = [f"┌{rule}┐", *(f"│ {line:<{CARD_WIDTH - 4}} │" for line in body), f"└{rule}┘"]
+    return "\n".join(lines)
+
+
+def ask() -> bool:
+    """Enter approves, ``d`` denies; any other key asks again; end of input denies. Keys
+    typed before the card was shown are dropped: only a key pressed at the card decides."""
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)  # one key, no Enter needed, not echoed
+        termios.tcflush(fd, termios.TCIFLUSH)
+        while True:
+            print("Enter: approve · d: deny › ", end="", flush=True)
+            key = os.read(fd, 1).decode(errors="replace")
+            print()
+            if key in APPROVE_KEYS:
+                return True
+            if key in DENY_KEYS or key == "":
+                return False
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 def _print_event(event: Event) -> None:
     match event.kind:
-        case "model_request_start":
-            print(f"· model call (iteration {event.iteration})")
         case "tool_start":
-            print(f"  → {event.tool}({json.dumps(event.arguments)})")
+            args = {k: v for k, v in event.arguments.items() if k != "confirmed_by"}
+            print(f"  → {event.tool}({json.dumps(args) if args else ''})")
         case "tool_end":
             print(f"  ← {event.tool}: {'error' if event.is_error else 'ok'}")
         case _:
             pass
 
 
-def _history_text(history: Sequence[AnyMessage]) -> str:
-    return "\n".join(f"{m.role}: {getattr(m, 'content', '')}" for m in history)
-
-
 def main(*, approve: bool | None) -> int:
-    """Run the demo turn; ``approve=None`` asks on the terminal, or approves without one."""
-    if approve is None and not sys.stdin.isatty():
-        approve = True
-    return asyncio.run(run_demo(approve=approve))
+    """Play the demo; ``approve=None`` asks on the terminal (denies without one)."""
+    try:
+        return asyncio.run(run_demo(approve=approve, terminal=sys.stdin.isatty()))
+    except KeyboardInterrupt:
+        print("\nopsloop demo: stopped, nothing approved.", file=sys.stderr)
+        return 130
 
 
-async def run_demo(*, approve: bool | None) -> int:
-    """Run the demo turn; ``approve=None`` asks on the terminal."""
+async def run_demo(*, approve: bool | None, terminal: bool) -> int:
+    """The story, start to end; the exit status."""
+    console = Console(highlight=False)
+
+    tools = demo_tools(DemoWeb())
+    does = {tool.name: tool.description for tool in tools}
 
     async def confirm(request: ConfirmRequest) -> Decision:
-        print(f"\nApproval needed: {request.tool}({json.dumps(request.arguments)})")
-        print(f"  reason: {request.reason}")
-        answer = approve
-        if answer is None:
-            reply = await asyncio.to_thread(input, "  Approve? [y/N] ")
-            answer = reply.strip().lower() in ("y", "yes")
-        if answer:
-            return Approved(confirmed_by="U_DEMO")
-        return Denied(reason="denied by <@U_DEMO>")
+        asking = approve is None and terminal
+        print()
+        print(card(request, does=does.get(request.tool, ""), asking=asking))
+        if approve is None and not terminal:
+            print(NO_TERMINAL + "\n")
+            return Denied(reason="nobody approved it: no terminal to ask")
+        # Blocking on purpose: nothing else runs while the card waits.
+        if ask() if asking else approve:
+            print(f"✓ Approved by {APPROVER}\n")
+            return Approved(confirmed_by=APPROVER)
+        print(f"✗ Denied by {APPROVER}\n")
+        return Denied(reason=f"denied by {APPROVER}")
 
     memory = InMemoryHistory()
     memory.append(UserMessage(content=DEMO_PROMPT))
-    print(f"user: {DEMO_PROMPT}")
+    print(f'Incident: the demo service "web" is degrading. {REQUESTER} asks the bot:\n')
+    print(f"{REQUESTER}: {DEMO_PROMPT}\n")
     config = AgentConfig(
         job_id="demo",
-        client=demo_model(),
+        client=demo_model(lambda note: print(f"opsloop: {note}")),
         memory=memory,
         system_prompt=DEMO_SYSTEM,
-        tools=demo_tools(),
+        tools=tools,
         confirm=confirm,
         stop=work_done,  # as in the bot: a change must be checked before the job is done
         on_event=_print_event,
     )
     result = await run(config)
-    print(f"\nopsloop: {result.output}")
+    with console.capture() as answer:  # the Markdown (bold, the table) drawn as text
+        console.print(Markdown(result.output or ""), width=CARD_WIDTH)
+    print("\nopsloop:")
+    print("\n".join(line.rstrip() for line in answer.get().splitlines()))
     print(
         f"[{result.stop_reason.value}: {result.iterations} iterations, "
         f"{result.tool_executions} tool runs]"

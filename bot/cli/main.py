@@ -18,10 +18,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="opsloop", description="Slack chat-ops agent.")
     parser.add_argument("--version", action="version", version=f"opsloop {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the built-in incident demo turn in the terminal")
+    demo = sub.add_parser(
+        "demo",
+        help="the dev page's incident in the terminal: a mention, the investigation, the "
+        "approval card, the answer",
+        description="The dev page's incident in the terminal, offline. The approval card "
+        "waits for a key: Enter approves, d denies. Without a terminal (stdin piped) and "
+        "without --yes, the card is denied.",
+    )
     choice = demo.add_mutually_exclusive_group()
-    choice.add_argument("--approve", action="store_true", help="approve the restart")
-    choice.add_argument("--deny", action="store_true", help="deny the restart")
+    choice.add_argument(
+        "--yes",
+        "-y",
+        "--approve",
+        dest="approve",
+        action="store_true",
+        help="approve the restart without asking",
+    )
+    choice.add_argument("--deny", action="store_true", help="deny the restart without asking")
     settings = (
         "Settings come from the environment; every variable, what it does and its default: "
         f"{CONFIG_REFERENCE} (the README of the source, also the package's description). "
