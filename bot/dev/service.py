@@ -33,6 +33,7 @@ import logging
 import logging.handlers
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -575,7 +576,9 @@ def restart(state_dir: Path) -> Restarted:
 
 def _restart_command(state_dir: Path, approved_by: str) -> int:
     done = restart(state_dir)
-    by = f" (approved by {approved_by})" if approved_by else ""
+    # A Slack user id as a mention, which Slack (and opsloop's task cards) show as a name.
+    who = f"<@{approved_by}>" if re.fullmatch(r"[UW][A-Z0-9]+", approved_by) else approved_by
+    by = f" (approved by {who})" if who else ""
     if done.old_pid is None:
         print(f"web was not running: started pid {done.new_pid}, {done.state}{by}")
     else:

@@ -88,7 +88,7 @@ LOGS = (
     "2026-01-05 10:00:23,100 ERROR GET / 500 in 2013 ms: timed out waiting for a worker\n"
     "2026-01-05 10:00:23,400 WARNING GET / 200 in 1603 ms (slow)\n"
 )
-RESTARTED = "restarted web: pid 4242 → 4388, healthy (approved by U123)\n"
+RESTARTED = "restarted web: pid 4242 → 4388, healthy (approved by <@U123>)\n"
 DECLINED = "Error: declined: denied by <@U456>"
 REQUEST = "<@UBOT> web is slow and throwing errors, can you look into it?"
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {}}} for n in TOOL_NAMES]
@@ -304,7 +304,7 @@ def restarted_then(reply: str) -> tuple[Conversation, Reply]:
     """Up to the approved restart's result, then ``reply`` as the history holds it."""
     chat, proposal = degraded_until_restart()
     chat.take(
-        proposal, {"web_restart": "restarted web: pid 4242 → 4388, healthy (approved by UBOB)"}
+        proposal, {"web_restart": "restarted web: pid 4242 → 4388, healthy (approved by <@UBOB>)"}
     )
     chat.user(reply)
     return chat, chat.ask()

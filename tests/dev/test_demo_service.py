@@ -170,7 +170,7 @@ def test_restart_replaces_the_process_and_it_is_healthy_again(state_dir: Path) -
     assert done.returncode == 0, done.stderr
     new = service.read_pid(state_dir)
     assert new is not None and new != old
-    assert done.stdout.strip() == f"restarted web: pid {old} → {new}, healthy (approved by U1)"
+    assert done.stdout.strip() == f"restarted web: pid {old} → {new}, healthy (approved by <@U1>)"
     assert not service.alive(old)
     assert service.running_pid(state_dir) == new
     assert cmdline(new)[cmdline(new).index("--port") + 1] == str(port)
@@ -305,7 +305,7 @@ def test_the_tools_act_on_the_real_service(state_dir: Path) -> None:
     new = service.read_pid(state_dir)
     assert new is not None and new != old
     assert f"restarted web: pid {old} → {new}, " in out
-    assert "(approved by U123)" in out
+    assert "(approved by <@U123>)" in out  # a mention: Slack shows the name
     assert not service.alive(old)
     assert service.read_args(state_dir)["healthy_for"] >= service.RESTARTED_HEALTHY_FOR_S
     code, out = tool(path, "web_logs", "lines=3")

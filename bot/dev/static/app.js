@@ -7,7 +7,9 @@
  *    remote resource is ever loaded (images show their alt text);
  *  - the page: one channel and a thread pane, fed by /ui/stream (server-sent events: a
  *    snapshot, then every change in order), posting and clicking through /ui/post and
- *    /ui/click as the user chosen in the switcher.
+ *    /ui/click as the user chosen in the switcher. A first visit shows a hint (what to
+ *    type, who is who, from /ui/info) until it is dismissed or a message is sent; the
+ *    browser remembers that (localStorage "opsloop.hint").
  * No build step, no dependencies. */
 (function (root) {
   "use strict";
@@ -839,6 +841,7 @@
           return;
         }
         textarea.value = "";
+        hideHint();
         if (!threadTs) {
           app.openThread = r.data.ts; // follow the conversation the message starts
           app.stick.thread = true;
@@ -889,6 +892,48 @@
     });
   }
 
+  // ---- the first visit's hint ----
+
+  var HINT_KEY = "opsloop.hint";
+  var HINT_TEXT = "@opsloop web is slow, look into it";
+  var ROLE_WORDS = {
+    requester: "asks the bot (start here)",
+    approver: "may approve the bot's changes",
+    stranger: "may not approve: a click is refused, privately",
+  };
+
+  function hintDone() {
+    try { return root.localStorage.getItem(HINT_KEY) === "done"; } catch (e) { return false; }
+  }
+
+  function hideHint() {
+    $("first-hint").hidden = true;
+    try { root.localStorage.setItem(HINT_KEY, "done"); } catch (e) { /* storage off */ }
+  }
+
+  function showHint(info) {
+    if (hintDone()) return;
+    $("hint-text").textContent = HINT_TEXT.replace("@opsloop", "@" + info.bot.name);
+    var people = $("hint-people");
+    people.textContent = "";
+    info.users.forEach(function (u) {
+      var li = document.createElement("li");
+      var who = document.createElement("b");
+      who.textContent = u.name;
+      li.appendChild(who);
+      li.appendChild(document.createTextNode(" (" + u.role + ") " + (ROLE_WORDS[u.role] || "")));
+      li.dataset.user = u.id;
+      people.appendChild(li);
+    });
+    $("first-hint").hidden = false;
+    $("dismiss-hint").addEventListener("click", hideHint);
+    $("hint-text").addEventListener("click", function () {
+      var composer = $("composer");
+      composer.value = $("hint-text").textContent;
+      composer.focus();
+    });
+  }
+
   function chooseUser(id) {
     app.user = id;
     document.body.dataset.user = id;
@@ -925,6 +970,7 @@
     chooseUser(known ? wanted : info.users[0].id);
     switcher.addEventListener("change", function () { chooseUser(switcher.value); });
 
+    showHint(info);
     wireComposer("composer-form", "composer", function () { return null; });
     wireComposer("thread-composer-form", "thread-composer", function () { return app.openThread; });
     $("close-thread").addEventListener("click", function () {
