@@ -102,3 +102,22 @@ async def test_a_correction_mid_turn_is_taken_in_and_acknowledged(browser: Any, 
     )
     await page.wait_for_selector(bot_text(page, "Denied by"), timeout=TIMEOUT_MS)
     await page.screenshot(path=screenshot_path("correction"))
+
+
+async def test_the_first_visit_hint_says_who_is_who_until_dismissed(browser: Any, dev: Dev) -> None:
+    page = await open_page(browser, dev, "UMALLORY")
+    hint = page.locator('[data-testid="first-hint"]')
+    await hint.wait_for(timeout=TIMEOUT_MS)
+    people = await page.locator('[data-testid="hint-people"] li').all_inner_texts()
+    assert [p.split(" ")[0] for p in people] == ["alice", "bob", "mallory"]
+    assert "requester" in people[0] and "approver" in people[1] and "stranger" in people[2]
+    await page.click('[data-testid="hint-text"]')  # puts the suggestion in the message box
+    assert await page.input_value('[data-testid="composer"]') == (
+        "@opsloop web is slow, look into it"
+    )
+
+    await page.click('[data-testid="dismiss-hint"]')
+    assert not await hint.is_visible()
+    await page.reload()
+    await page.wait_for_selector('[data-testid="connection"][data-state="live"]')
+    assert not await hint.is_visible()  # not shown again in this browser
