@@ -2,7 +2,10 @@
  *
  * Two halves:
  *  - the renderer (pure: data in, HTML strings out), exposed as
- *    window.opsloopRender(blocks, text) -> HTML, with .mrkdwn(text) and .markdown(text);
+ *    window.opsloopRender(blocks, text) -> HTML, with .mrkdwn(text) and .markdown(text),
+ *    .names and .channels (ids -> names for mrkdwn's <@U…> and <#C…>; a `markdown` block
+ *    shows them literally, as Slack does) and .clock(ts) (24-hour, the viewer's zone, as
+ *    <!date^…> tokens are shown);
  *    every piece of text it outputs is HTML-escaped, links are only http(s)/mailto, and no
  *    remote resource is ever loaded (images show their alt text);
  *  - the page: one channel and a thread pane, fed by /ui/stream (server-sent events: a
@@ -39,8 +42,10 @@
     information_source: "\u2139\ufe0f",
   };
 
-  // User id -> display name, for <@U…> mentions; the page fills it from /ui/info.
+  // User id -> display name, for <@U…> mentions; channel id -> name, for <#C…>; the page
+  // fills both from /ui/info. Only mrkdwn reads them: a `markdown` block has no mentions.
   var names = { UBOT: "opsloop" };
+  var channels = {};
 
   var OPEN = "\u0001";
   var CLOSE = "\u0002";
@@ -113,8 +118,11 @@
       return '<span class="mention" data-user="' + esc(id) + '">@' + esc(shown) + "</span>";
     }
     if (head.charAt(0) === "#") {
-      return '<span class="mention">#' + esc(label || head.slice(1)) + "</span>";
+      var cid = head.slice(1);
+      var channel = Object.prototype.hasOwnProperty.call(channels, cid) ? channels[cid] : label || cid;
+      return '<span class="mention">#' + esc(channel) + "</span>";
     }
+    if (head.slice(0, 6) === "!date^") return slackDate(head.slice(6), label);
     if (head.charAt(0) === "!") {
       var special = head.slice(1);
       if (/^(here|channel|everyone)$/.test(special)) {
@@ -126,6 +134,62 @@
     var href = safeUrl(url);
     if (!href) return esc("<" + slackUnescape(inner) + ">");
     return link(href, esc(label || url));
+  }
+
+  // ---- times, as Slack shows them: the viewer's zone, a 24-hour clock ----
+
+  var MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+    "September", "October", "November", "December"];
+  var DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
+
+  function pad(n) {
+    return (n < 10 ? "0" : "") + n;
+  }
+
+  function ordinal(n) {
+    var tens = n % 100;
+    var suffix = tens >= 11 && tens <= 13 ? "th" : ["th", "st", "nd", "rd"][n % 10] || "th";
+    return n + suffix;
+  }
+
+  function clock(ts, withSeconds) {
+    var d = new Date(parseFloat(ts) * 1000);
+    if (isNaN(d.getTime())) return "";
+    var hm = pad(d.getHours()) + ":" + pad(d.getMinutes());
+    return withSeconds === false ? hm : hm + ":" + pad(d.getSeconds());
+  }
+
+  function dayWord(d) {
+    var today = new Date();
+    var start = function (x) { return new Date(x.getFullYear(), x.getMonth(), x.getDate()).getTime(); };
+    var days = Math.round((start(d) - start(today)) / 86400000);
+    return days === 0 ? "Today" : days === -1 ? "Yesterday" : days === 1 ? "Tomorrow" : null;
+  }
+
+  // <!date^TS^FORMAT[^LINK]|FALLBACK>: Slack's date formatting tokens.
+  function slackDate(spec, fallback) {
+    var parts = spec.split("^");
+    var seconds = /^\d{1,12}$/.test(parts[0]) ? parseInt(parts[0], 10) : NaN;
+    var d = new Date(seconds * 1000);
+    if (isNaN(d.getTime()) || parts.length < 2) return esc(fallback || "");
+    var short = MONTHS[d.getMonth()].slice(0, 3) + " " + d.getDate() + ", " + d.getFullYear();
+    var long = MONTHS[d.getMonth()] + " " + ordinal(d.getDate()) + ", " + d.getFullYear();
+    var tokens = {
+      date_num: d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()),
+      date: long,
+      date_short: short,
+      date_long: DAYS[d.getDay()] + ", " + long,
+      time: clock(seconds, false),
+      time_secs: clock(seconds),
+    };
+    ["date", "date_short", "date_long"].forEach(function (k) {
+      tokens[k + "_pretty"] = dayWord(d) || tokens[k];
+    });
+    var shown = parts[1].replace(/\{([a-z_]+)\}/g, function (whole, k) {
+      return Object.prototype.hasOwnProperty.call(tokens, k) ? tokens[k] : whole;
+    });
+    var href = parts.length > 2 ? safeUrl(slackUnescape(parts.slice(2).join("^"))) : null;
+    return href ? link(href, esc(shown)) : '<span class="date">' + esc(shown) + "</span>";
   }
 
   // Slack's mrkdwn (text as Slack holds it: &, <, > escaped as entities).
@@ -471,6 +535,8 @@
   render.mrkdwn = mrkdwn;
   render.markdown = markdown;
   render.names = names;
+  render.channels = channels;
+  render.clock = clock;
   root.opsloopRender = render;
   if (typeof module !== "undefined" && module.exports) module.exports = render;
 
@@ -512,11 +578,6 @@
 
   function isTop(msg) {
     return !msg.thread_ts || msg.thread_ts === msg.ts;
-  }
-
-  function clock(ts) {
-    var date = new Date(parseFloat(ts) * 1000);
-    return date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   }
 
   function hue(id) {
@@ -946,6 +1007,7 @@
     app.info = info;
     info.users.forEach(function (u) { names[u.id] = u.name; });
     names[info.bot.id] = info.bot.name;
+    channels[info.channel.id] = info.channel.name;
     document.title = "#" + info.channel.name + " · opsloop dev";
     $("channel-name").textContent = "#" + info.channel.name;
     $("channel-title").textContent = "#" + info.channel.name;
