@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .conftest import Dev, copy_to_docs, screenshot_path
+from .conftest import Dev, screenshot_path
 
 TIMEOUT_MS = 30_000
 THREAD = '[data-testid="thread"]'
@@ -49,8 +49,7 @@ async def test_the_demo_incident_from_mention_to_answer(browser: Any, dev: Dev) 
     approve = page.locator(f'{THREAD} [data-testid="button"][data-label="Approve"]')
     await approve.wait_for(timeout=TIMEOUT_MS)
     await page.wait_for_selector(bot_text(page, "Waiting for approval"), timeout=TIMEOUT_MS)
-    await page.screenshot(path=screenshot_path("approval-card"))
-    copy_to_docs("approval-card")
+    await page.screenshot(path=screenshot_path("incident-card"))  # the README's: its story
 
     # The approver approves; the card says so and the restart really happens.
     pid_before = (dev.folder / "web.pid").read_text().strip()
@@ -61,8 +60,7 @@ async def test_the_demo_incident_from_mention_to_answer(browser: Any, dev: Dev) 
     await page.wait_for_selector(bot_text(page, "Done"), timeout=TIMEOUT_MS)
     assert (dev.folder / "web.pid").read_text().strip() != pid_before
     assert await approve.count() == 0  # every button of the card is gone
-    await page.screenshot(path=screenshot_path("answer"))
-    copy_to_docs("answer")
+    await page.screenshot(path=screenshot_path("incident-answer"))
 
 
 async def test_a_strangers_click_is_refused_privately(browser: Any, dev: Dev) -> None:
