@@ -304,7 +304,7 @@ class JobProgress:
             model=self._model,
             current_tool=self._tool,
             current_note=self._tool_note,
-            finished=tuple(self._lines[-MAX_TOOL_LINES:]),
+            finished=tuple(self._named_lines(self._lines[-MAX_TOOL_LINES:])),
             awaiting=self._awaiting,
             handed_over=self._handed_over,
         )
@@ -393,6 +393,8 @@ class JobProgress:
                     fallback = "error" if event.is_error else f"{event.output_chars} chars"
                     result = event.summary or fallback
                     self._lines.append(ToolLine(event.tool, result, not event.is_error))
+                    if "<" in result:  # a tool may name people: by name once looked up
+                        self._spawn(self._named_result(result))
                 self._step_ends(event)
                 if event.ran and not event.dry_run and event.output_chars > CUT_AFTER:
                     self._cut.append((event.call_id, event.tool))  # offered whole at the end
@@ -554,6 +556,19 @@ class JobProgress:
         if self._narration == note and self._names.render(note) != before:
             self._update()
 
+    def _named_lines(self, lines: Sequence[ToolLine]) -> list[ToolLine]:
+        """The finished tools' lines with people and channels by name (a tool's text is
+        escaped in mrkdwn, so a mention in it would show as ``<@U…>``)."""
+        render = self._names.render
+        return [line._replace(result=render(line.result)) for line in lines]
+
+    async def _named_result(self, result: str) -> None:
+        """Look up who a tool's result names, then show the status again by name."""
+        before = self._names.render(result)
+        await self._names.prefetch(result)
+        if self._names.render(result) != before:
+            self._update()
+
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
@@ -615,7 +630,8 @@ class JobProgress:
                 return  # the card speaks for the job until it is decided
             if answer is not None:
                 await self._answer(answer, shown)
-            ending = ending_for(self.record, result, tools=self._lines, cut=self._cut)
+            named = self._named_lines(self._lines)
+            ending = ending_for(self.record, result, tools=named, cut=self._cut)
             if self.status_ts is not None:
                 # Urgent, and awaited for a bounded time: a process stopped right after
                 # would otherwise lose the edit and leave "Working…" for good. Not shown

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
 from playwright.async_api import expect
 
 from .conftest import Dev, copy_to_docs, screenshot_path
@@ -107,11 +106,6 @@ async def test_the_readme_story_in_the_browser(browser: Any, dev: Dev) -> None:
     copy_to_docs("answer")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the status message's step lines show a tool's output escaped in mrkdwn, so the "
-    "restart's '(approved by <@UBOB>)' reads as a literal <@UBOB> (bot/slack: status blocks)",
-)
 async def test_the_status_message_names_people_not_ids(browser: Any, dev: Dev) -> None:
     page = await open_page(browser, dev, "UALICE")
     await mention(page, "@opsloop web is slow, look into it")
