@@ -27,8 +27,8 @@ import os
 import sys
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field
 from rich.console import Console
@@ -161,22 +161,13 @@ def demo_tools(web: DemoWeb) -> list[FunctionTool]:
 # -- the bot's side: the page's demo model --------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Request:
-    """What ``DemoPolicy`` reads of a scripted server's request: OpenAI-shaped messages."""
-
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] = field(default_factory=list)
-
-
 def demo_model(say: Callable[[str], None]) -> ScriptedModel:
     """The page's demo model on the neutral request; its step notes go to ``say`` (a
     note that comes with a change is the card's reason, shown there once)."""
     policy, ids = DemoPolicy(), itertools.count(1)
 
     def answer(request: ModelRequest) -> ModelResponse:
-        scripted = _Request([render_message(m) for m in request.messages])
-        reply = policy(cast(Any, scripted))  # it reads .messages and .tools only
+        reply = policy.answer([render_message(m) for m in request.messages])
         calls = tuple(
             ToolCall(id=f"demo{next(ids)}", name=c.name, arguments=c.arguments_json)
             for c in reply.tool_calls

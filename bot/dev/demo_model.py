@@ -400,8 +400,13 @@ class DemoPolicy:
     """``(ScriptedRequest) -> Reply``; see the module docstring."""
 
     def __call__(self, request: ScriptedRequest) -> Reply:
-        offered = {t.get("function", t).get("name") for t in request.tools}
-        turn = Turn.read(timeline(request.messages))
+        return self.answer(request.messages, request.tools)
+
+    def answer(self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> Reply:
+        """The next step for OpenAI-shaped ``messages``, with ``tools`` offered (all
+        when none are given)."""
+        offered = {t.get("function", t).get("name") for t in tools}
+        turn = Turn.read(timeline(messages))
         reply = self.follow(turn) if turn.pending is not None else None
         reply = reply or self.next_step(turn)
         missing = [c.name for c in reply.tool_calls if offered and c.name not in offered]
