@@ -152,12 +152,10 @@ class CommandTool(DeclaredTool):
         ``ctl.py …``), and the arguments that carry the approver (``{confirmed_by}``,
         unknown before the click) named on a second line instead of a placeholder.
         The environment is not shown."""
-        argv = self.argv(args, ctx)
         template = self.command.run
         if ctx.dry_run and self.command.dry_run is not None:
             template = self.command.dry_run
-        approver = [i for i, element in enumerate(template) if "{confirmed_by}" in element]
-        return readable_command(argv, approver_at=approver)
+        return readable_command(self.argv(args, ctx), template)
 
     def environment(self, ctx: CallContext) -> tuple[dict[str, str], list[str]]:
         """The child's whole environment, and the secret values to redact (longest
@@ -225,30 +223,39 @@ class CommandTool(DeclaredTool):
 
 
 _INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|node|nodejs|perl|ruby|bash|sh|dash|zsh)$")
+_APPROVER = "{confirmed_by}"
 
 
-def readable_command(argv: Sequence[str], *, approver_at: Sequence[int] = ()) -> str:
-    """``argv`` as the card shows it (see ``CommandTool.preview``)."""
-    where = set(approver_at)
-    shown = [a for i, a in enumerate(argv) if i not in where]
-    carried = [_flag(argv[i], last=i == len(argv) - 1) for i in sorted(where) if i < len(argv)]
-    if shown and _INTERPRETER.match(os.path.basename(shown[0])):
-        rest = shown[1:]
-        if len(rest) >= 2 and rest[0] == "-m":
-            shown = rest[1:]
-        elif rest and not rest[0].startswith("-"):
-            shown = [os.path.basename(rest[0]), *rest[1:]]
+def readable_command(argv: Sequence[str], template: Sequence[str]) -> str:
+    """``argv`` (made from ``template``) as the card shows it (``CommandTool.preview``).
+    Only the template's own text decides what is left out or shortened: an argument
+    made from the model's values is always shown whole."""
+    literal = [_APPROVER not in t and "{" not in t for t in template]
+    hidden: set[int] = set()
+    named: list[str] = []
+    for i, element in enumerate(template):
+        if _APPROVER not in element or i >= len(argv):
+            continue
+        hidden.add(i)
+        before = template[i - 1] if i > 0 else ""
+        if element == _APPROVER and literal[i - 1] and before.startswith("-") and "=" not in before:
+            hidden.add(i - 1)  # ``--by {confirmed_by}``: the flag goes with its value
+            named.append(before)
+        elif element.startswith("-") and "=" in element:
+            named.append(element.split("=", 1)[0])
+        else:
+            named.append("the last argument" if i == len(template) - 1 else "an argument")
+    kept = [i for i in range(len(argv)) if i not in hidden]
+    shown = [argv[i] for i in kept]
+    if len(kept) >= 2 and literal[kept[0]] and _INTERPRETER.match(os.path.basename(shown[0])):
+        if shown[1] == "-m" and len(kept) >= 3 and literal[kept[2]]:
+            shown = shown[2:]
+        elif literal[kept[1]] and not shown[1].startswith("-"):
+            shown = [os.path.basename(shown[1]), *shown[2:]]
     text = shlex.join(shown)
-    if carried:
-        text += "\n# and the approver's Slack id as " + ", ".join(carried)
+    if named:
+        text += "\n# and the approver's Slack id as " + ", ".join(named)
     return text
-
-
-def _flag(element: str, *, last: bool) -> str:
-    """``--approved-by=U…`` → ``--approved-by``; a bare value → ``the last argument``."""
-    if element.startswith("-"):
-        return element.split("=", 1)[0]
-    return "the last argument" if last else "an argument"
 
 
 class _Arg:

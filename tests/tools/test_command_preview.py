@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bot.agent.calls import APPROVER
 from bot.agent.tools import CallContext
+from tools.command import readable_command
 from tools.registry import build_catalog
 
 TOOLS = """\
@@ -67,3 +68,15 @@ def test_no_placeholder_reaches_the_card(tmp_path: Path) -> None:
     for name in ("restart_web", "restart_script"):
         shown = preview(tmp_path, name, service="web") or ""
         assert APPROVER not in shown and "/usr/bin/python3" not in shown
+
+
+def test_what_the_model_wrote_is_never_shortened_or_hidden() -> None:
+    # A value that looks like a flag or a path stays whole: only the template's own
+    # text decides what the card leaves out.
+    assert (
+        readable_command(
+            ["python3", "/opt/a; b", "-x", "U0BOB"],
+            ["python3", "{script}", "{flag}", "{confirmed_by}"],
+        )
+        == "python3 '/opt/a; b' -x\n# and the approver's Slack id as the last argument"
+    )

@@ -163,7 +163,10 @@ async def test_the_preview_is_the_argv_that_runs_quoted_for_reading(make_tool: M
     args = tool.args_model.model_validate({"service": "nginx; rm -rf /"})
     ctx = CallContext(job_id="job-1", call_id="call-1", confirmed_by="U0BOB")
     preview = tool.preview(args, ctx)
-    assert preview is not None and preview.endswith("restart 'nginx; rm -rf /' --by U0BOB")
+    # Quoted as a shell would; the approver's id is named where it goes, not shown.
+    assert preview is not None and preview.endswith(
+        "restart 'nginx; rm -rf /'\n# and the approver's Slack id as --by"
+    )
     assert "s3cret" not in preview  # the environment is not part of it
     # What the preview shows is what runs, argument for argument.
     assert await argv_of(tool, ctx, service="nginx; rm -rf /") == [

@@ -176,11 +176,17 @@ class ManagedSupervisor:
                         pass  # gone already, or a group it does not lead
             proc.kill()
             proc.wait(STOP_TIMEOUT_S)
-        for pid in self.leftovers():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        # A killed process lingers until the kernel has torn it down (longer on a busy
+        # machine), and one forked just before the freeze shows up late: kill what is
+        # left until nothing is (bounded), so ``leftovers`` afterwards means survivors.
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while (left := self.leftovers()) and time.monotonic() < deadline:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
 
     def leftovers(self) -> list[int]:
         """Live processes running one of this instance's program scripts."""
