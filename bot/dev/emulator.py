@@ -421,6 +421,8 @@ class Emulator(FakeSlack):
             if message.thread_ts:  # Slack clears the assistant status when the app replies
                 self._show_status(message.channel, message.thread_ts, "")
             self._evict()
+        elif method == "chat.delete":
+            self._publish("delete", {"channel": str(body["channel"]), "ts": str(body["ts"])})
         elif method in _EDIT_METHODS:
             key = (str(body["channel"]), str(body["ts"]))
             self._publish("update", self._ui_message(self._state.messages[key]))

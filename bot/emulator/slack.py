@@ -189,6 +189,7 @@ class FakeSlack:
             "auth.test": self._auth_test,
             "chat.postMessage": self._post_message,
             "chat.update": self._update,
+            "chat.delete": self._delete,
             "chat.postEphemeral": self._post_ephemeral,
             "reactions.add": self._reactions_add,
             "conversations.replies": self._replies,
@@ -208,6 +209,7 @@ class FakeSlack:
         self._routes: list[tuple[str, str, Handler]] = []
         self.stream_chunks = StreamChunks()  # chunk streams: checked and shown like Slack's
         self.files = FakeFiles(self)  # the v2 upload: files.getUploadURLExternal, …
+        self.deleted: list[tuple[str, str]] = []  # (channel, ts) of chat.delete, in order
         self.pane = install_pane(self)  # setSuggestedPrompts, setTitle, views.publish
 
     def add_method(
@@ -536,6 +538,15 @@ class FakeSlack:
             "text": message.text,
             "message": message.as_slack(),
         }
+
+    def _delete(self, params: Params) -> Reply:
+        """``chat.delete``: a bot deletes its own messages only (``cant_delete_message``)."""
+        message = self._held(params)
+        if message.bot_id != BOT_ID:
+            raise SlackError("cant_delete_message")
+        del self._state.messages[(message.channel, message.ts)]
+        self.deleted.append((message.channel, message.ts))
+        return {"channel": message.channel, "ts": message.ts}
 
     def _post_ephemeral(self, params: Params) -> Reply:
         channel = required(params, "channel")

@@ -277,6 +277,7 @@ class JobProgress:
         # The call this run resumes after its approval card (decided in Redis by now).
         self._awaited = pending.approval if pending is not None else None
         self._held_note: str | None = None  # a note before calls, until they are known
+        self._shown_note: AnswerStream | None = None  # the same, shown as its own message
         self._model: str | None = record.progress.model
         self._tool: str | None = None
         self._tool_call: str | None = None  # the running call, whose progress is shown
@@ -362,10 +363,14 @@ class JobProgress:
                 assert isinstance(event, ApprovalRequested)
                 self._awaiting = event.approval.tool
                 self._held_note = None  # the card's reason: said there, once
+                shown, self._shown_note = self._shown_note, None
+                if shown is not None:
+                    self._spawn(self._drop_note(shown))
                 self.thread_status.show("is waiting for an approval…")
             case "tool_start":
                 if not event.dry_run:  # a dry run comes before its card: the note waits
                     self._release_note()
+                    self._shown_note = None  # a call ran: the note stays where it is
                 self._tool = event.tool
                 self._tool_call, self._tool_note = event.call_id, None
                 self._awaiting = None
@@ -514,6 +519,7 @@ class JobProgress:
             return
         self._retire_stream()
         self._narration = None
+        self._shown_note = None
 
     def _current_stream(self) -> AnswerStream:
         if self._stream is None:
@@ -547,7 +553,22 @@ class JobProgress:
         elif note is not None:
             self._narration = note
             self._spawn(self._named_narration(note))
+        elif before_calls:
+            # Shown already as a message of its own: if a call waits for approval, the
+            # card says it (its reason), and this message goes.
+            self._shown_note = stream
         self._spawn(stream.settle())
+
+    async def _drop_note(self, stream: AnswerStream) -> None:
+        """Delete the message that showed a note which became a card's reason (once its
+        stream is wound up), so the reason is said once, on the card."""
+        ts = await stream.settle()
+        if ts is None:
+            return
+        try:
+            await self._client.chat_delete(channel=self.channel, ts=ts)
+        except Exception:
+            log.info("job %s: the note above its card stays", self.record.id, exc_info=True)
 
     async def _named_narration(self, note: str) -> None:
         """Look up who the status message's note names, then show it again by name."""

@@ -50,6 +50,7 @@ SCOPES: dict[str, str | None] = {
     "auth_test": None,
     "chat_postMessage": "chat:write",
     "chat_update": "chat:write",
+    "chat_delete": "chat:write",  # its own messages only
     "chat_postEphemeral": "chat:write",
     "chat_startStream": "chat:write",
     "chat_appendStream": "chat:write",
