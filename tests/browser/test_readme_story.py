@@ -57,6 +57,9 @@ async def test_the_readme_story_in_the_browser(browser: Any, dev: Dev) -> None:
     card = page.locator(CARD)
     await card.wait_for(timeout=TIMEOUT_MS)
     assert "web_restart" in await card.inner_text()
+    # The note that came with the restart is the card's reason, said once: on the card.
+    reason = page.locator(f'{THREAD} [data-testid="message"].bot', has_text="A restart starts")
+    await expect(reason).to_have_count(1, timeout=HEARD_MS)
     await page.wait_for_selector(bot_text(page, "Waiting for approval"), timeout=TIMEOUT_MS)
 
     # 3. alice replies while the card waits: the card shows it, the reply gets 👀, before
