@@ -290,6 +290,7 @@ class Service:
             on_expired=interactions.card_expired,
             on_remind=interactions.remind,
             on_card=interactions.redo_card,
+            on_replies=interactions.refresh_card,
             on_ending=lambda record: deliver_ending(
                 client, record, bot_user=identity.user, names=names
             ),

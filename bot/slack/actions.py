@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, assert_never
 
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.state import StopReason
@@ -148,13 +149,34 @@ class Interactions:
         try:
             approval = await self._waiting_card(job_id)
             if approval is not None:
-                await self._show_replies(approval)
+                await self.refresh_card(approval, acknowledge=False)
         except Exception:
             log.info("job %s: the card was not edited to show a reply", job_id, exc_info=True)
+        await self._eyes(thread.channel, reply_ts)
+
+    async def refresh_card(self, approval: ApprovalRecord, *, acknowledge: bool = True) -> None:
+        """Show on a pending card the replies its thread received since it was asked, and
+        remember up to which receipt it shows them (the scanner's hook: a process that
+        died between a reply's receipt and the card's edit left the edit to a scan);
+        ``acknowledge``: each reply gets ``eyes`` too."""
+        thread = Thread(approval.channel, approval.thread_ts)
+        seq = await self.turns.receipts.count(thread)  # before reading: never past it
+        replies = await self.turns.card_replies.of(approval)
+        if replies:
+            await self._show_replies(approval)
+            if acknowledge:
+                for reply in replies:
+                    await self._eyes(thread.channel, reply.ts)
+        await self.turns.approvals.replies_shown(approval.job_id, approval.call_id, seq)
+
+    async def _eyes(self, channel: str, ts: str) -> None:
         try:
-            await self.client.reactions_add(channel=thread.channel, timestamp=reply_ts, name="eyes")
+            await self.client.reactions_add(channel=channel, timestamp=ts, name="eyes")
+        except SlackApiError as exc:
+            if exc.response.get("error") != "already_reacted":
+                log.info("could not react to %s", ts, exc_info=True)
         except Exception:
-            log.info("could not react to %s", reply_ts, exc_info=True)
+            log.info("could not react to %s", ts, exc_info=True)
 
     async def _waiting_card(self, job_id: str) -> ApprovalRecord | None:
         """The pending approval of ``job_id`` once its card is posted (a reply may come

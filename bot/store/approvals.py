@@ -10,6 +10,8 @@ An approval is a HASH under the job's thread tag::
     decided_by  the raw Slack user id of whoever decided (absent for a decision by no one)
     decided_at  epoch seconds
     card_owed   "1" from the decision until its card was edited to show it
+    replies_seq the thread's receipt count when the card was last edited to show the
+                replies sent since it was asked (``bot.store.card_replies``)
 
 The fields that change are plain hash fields and ``data`` never changes, so the Lua
 that decides reads and writes strings only (no cjson, no float re-encoding) and a
@@ -79,7 +81,7 @@ REFUSED_EARLY = "this approval has not expired yet"
 # Slack user ids (``U…``, ``W…`` on Enterprise Grid): ``confirmed_by`` is always the raw
 # id, never a mention such as ``<@U123>``.
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
-_MUTABLE = frozenset({"status", "card_ts", "decided_by", "decided_at", "card_owed"})
+_MUTABLE = frozenset({"status", "card_ts", "decided_by", "decided_at", "card_owed", "replies_seq"})
 _INDEX_SEP = "|"  # job ids contain ':' but never '|'
 POSTING = "posting:"  # card_ts while a process posts the card (claim_card)
 CARD_CLAIM_S = 30.0
@@ -112,6 +114,7 @@ class ApprovalRecord(BaseModel):
     decided_by: str | None = None
     decided_at: float | None = None
     card_owed: bool = False  # decided, and its card not yet edited to say so
+    replies_seq: int = 0  # the thread's receipt count its card's replies were shown for
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,6 +244,19 @@ return 1
 """
 
 
+# KEYS: 1 approval. ARGV: 1 receipt count. Only forward, only on an existing record.
+_SET_REPLIES_SEQ = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+if tonumber(redis.call('HGET', KEYS[1], 'replies_seq') or '0') >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'replies_seq', ARGV[1])
+return 1
+"""
+
+
 def _pairs(flat: list[str]) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
@@ -255,6 +271,7 @@ def _from_hash(fields: dict[str, str]) -> ApprovalRecord:
         data["card_ts"] = None if card is not None and card.startswith(POSTING) else card
         data["decided_by"] = fields.get("decided_by") or None
         data["card_owed"] = fields.get("card_owed") == "1"
+        data["replies_seq"] = int(fields.get("replies_seq") or 0)
         raw_at = fields.get("decided_at")
         data["decided_at"] = float(raw_at) if raw_at else None
         return ApprovalRecord.model_validate(data)
@@ -323,6 +340,7 @@ class Approvals:
         self._create = redis.register_script(_CREATE)
         self._decide = redis.register_script(_DECIDE)
         self._set_card = redis.register_script(_SET_CARD)
+        self._set_replies_seq = redis.register_script(_SET_REPLIES_SEQ)
         self._claim_card = redis.register_script(_CLAIM_CARD)
         self._take = redis.register_script(_TAKE_DUE)
         self._take_for = redis.register_script(_TAKE_FOR)
@@ -423,6 +441,12 @@ class Approvals:
         async with translated("approval set card"):
             done = await self._set_card(keys=[self._keys.approval(job_id, call_id)], args=[ts])
         return bool(done)
+
+    async def replies_shown(self, job_id: str, call_id: str, seq: int) -> None:
+        """The card shows the replies its thread had received up to ``seq`` (its
+        receipt count): a scan refreshes it only once the thread received more."""
+        async with translated("approval replies shown"):
+            await self._set_replies_seq(keys=[self._keys.approval(job_id, call_id)], args=[seq])
 
     async def decide(
         self,

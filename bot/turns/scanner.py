@@ -82,6 +82,7 @@ class Scanner:
         on_remind: Callable[[ApprovalRecord], Awaitable[None]] | None = None,
         on_card: Callable[[ApprovalRecord], Awaitable[bool]] | None = None,
         on_ending: Callable[[JobRecord], Awaitable[bool]] | None = None,
+        on_replies: Callable[[ApprovalRecord], Awaitable[None]] | None = None,
         interval_s: float = SCAN_INTERVAL_S,
         now: Callable[[], float] = time.time,
     ) -> None:
@@ -93,6 +94,7 @@ class Scanner:
         self.on_remind = on_remind
         self.on_card = on_card
         self.on_ending = on_ending
+        self.on_replies = on_replies  # replies a pending card does not show yet
         self.interval_s = interval_s
         self.now = now
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -242,6 +244,7 @@ class Scanner:
                     self.resume(job_id)
                 else:
                     await self._card_posted(record.progress.pending, job_id)
+                    await self._replies_shown(record)
                 await turns.jobs.index(
                     job_id, self._next_look(job_id, now, now + AWAITING_RECHECK_S)
                 )
@@ -282,6 +285,24 @@ class Scanner:
         """When to look at a job this look (re)scheduled: ``later``, or, when this
         process left it waiting for room, just past this scan (see the module docstring)."""
         return now + NUDGE_S if self.waits(job_id) else later
+
+    async def _replies_shown(self, record: JobRecord) -> None:
+        """A paused job whose thread received messages its card does not show yet (the
+        process that received them died before editing the card): show them now."""
+        pending = record.progress.pending
+        if self.on_replies is None or pending is None or pending.approval is None:
+            return
+        approval = await self.turns.approvals.get(record.id, pending.approval.call_id)
+        if approval is None or approval.status != "pending" or approval.card_ts is None:
+            return
+        if await self.turns.receipts.count(record.thread) <= approval.replies_seq:
+            return
+        try:
+            await self.on_replies(approval)
+        except StoreError:
+            raise
+        except Exception:
+            log.warning("could not show the replies on %s's card", record.id, exc_info=True)
 
     async def _card_posted(self, pending: PendingBatch | None, job_id: str) -> None:
         """A paused job whose card never reached the thread (its process died between

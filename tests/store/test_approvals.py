@@ -78,6 +78,20 @@ async def test_a_second_create_keeps_the_first_record(approvals: Approvals, thre
     assert await approvals.due(NOW + TTL) == [(first.job_id, first.call_id)]
 
 
+async def test_what_a_card_shows_of_its_replies_only_moves_forward(
+    approvals: Approvals, redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    record = await approvals.create(pending(thread))
+    assert record.replies_seq == 0
+    await approvals.replies_shown(record.job_id, record.call_id, 4)
+    await approvals.replies_shown(record.job_id, record.call_id, 2)  # a slower process
+    got = await approvals.get(record.job_id, record.call_id)
+    assert got is not None and got.replies_seq == 4
+    # No record, no partial hash made by the write.
+    await approvals.replies_shown(record.job_id, "call_none", 3)
+    assert not await redis.exists(keys.approval(record.job_id, "call_none"))
+
+
 async def test_the_card_ts_is_remembered(approvals: Approvals, thread: Thread) -> None:
     record = await approvals.create(pending(thread))
 

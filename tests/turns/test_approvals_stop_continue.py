@@ -272,3 +272,43 @@ async def test_the_scanner_posts_a_card_that_never_reached_the_thread(
     await turns.jobs.index(job_id, time.time())
     await scanner.scan()
     assert len(cards) == 1  # posted once
+
+
+async def test_the_scanner_shows_replies_a_dead_process_left_off_the_card(
+    redis: aioredis.Redis, keys: Keys, thread: Thread
+) -> None:
+    """A reply was persisted while the card waited, and the process that received it died
+    before editing the card: the next look at the paused job shows it, once."""
+    model = ScriptedModel([calls(call("restart", "c1", host="web-03"))])
+    turns, cards = make_turns(redis, keys, model)
+    job_id = await start(turns, thread)
+    paused = await turns.run_job(job_id)
+    assert paused is not None and paused.stop_reason is StopReason.AWAITING_APPROVAL
+    shown: list[ApprovalRecord] = []
+
+    async def on_replies(approval: ApprovalRecord) -> None:
+        shown.append(approval)
+        seq = await turns.receipts.count(thread)
+        await turns.approvals.replies_shown(approval.job_id, approval.call_id, seq)
+
+    async def on_expired(approval: ApprovalRecord) -> None:
+        raise AssertionError("not expired")
+
+    scanner = Scanner(turns, schedule=lambda _: None, on_expired=on_expired, on_replies=on_replies)
+    await turns.jobs.index(job_id, time.time())
+    await scanner.scan()
+    assert len(shown) == 1  # the card never recorded what it shows: looked at once
+    assert shown[0].call_id == "c1"
+
+    await turns.jobs.index(job_id, time.time())
+    await scanner.scan()
+    assert len(shown) == 1  # nothing new in the thread
+
+    reply_ts = f"{time.time():.6f}"
+    receipt = await turns.receive(thread, ts=reply_ts, user="UALICE", text="don't", reply=True)
+    assert receipt.outcome == "joined"  # persisted; its process "dies" here
+    await turns.jobs.index(job_id, time.time())
+    await scanner.scan()
+    assert len(shown) == 2
+    replies = await turns.card_replies.of(shown[1])
+    assert [(r.author, r.text) for r in replies] == [("UALICE", "don't")]
