@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.events import Event, ModelRequestEnd, RunEnd, ToolEnd
@@ -201,5 +202,8 @@ class SlackNotifier:
                 await self.client.reactions_add(
                     channel=thread.channel, timestamp=item.id, name="eyes"
                 )
+            except SlackApiError as exc:  # already there: shown on its card while it waited
+                if exc.response.get("error") != "already_reacted":
+                    log.info("could not react to %s", item.id, exc_info=True)
             except Exception:
                 log.info("could not react to %s", item.id, exc_info=True)
