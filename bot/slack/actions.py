@@ -30,7 +30,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.state import StopReason
 from bot.errors import StoreError
 from bot.slack.assistant import card_place
-from bot.slack.blockkit import mention
+from bot.slack.blockkit import Message, mention
 from bot.slack.blocks import ending_message
 from bot.slack.cards import approval_card, decided_card, reminder_message
 from bot.slack.inbound import JOB_ID
@@ -126,7 +126,20 @@ class Interactions:
             log.info("card %s: shown without its replies", approval.card_ts, exc_info=True)
             replies = []
         message = decided_card(approval, approval.status, approval.decided_by, at, replies=replies)
+        if not await self._edit_card(approval, message):
+            return False
+        try:
+            await self.turns.card_edited(approval.job_id, approval.call_id)
+        except StoreError:
+            card = approval.card_ts
+            log.info("card %s edited; settling it is left to a scan", card, exc_info=True)
+        return True
+
+    async def _edit_card(self, approval: ApprovalRecord, message: Message) -> bool:
+        """Edit the posted card at once; refused (rate limit, outage), through the paced
+        budget (urgent): whether the edit is known to have landed."""
         channel, ts = card_place(self.approval_channel, approval)[0], approval.card_ts
+        assert ts is not None
         try:
             await self.client.chat_update(
                 channel=channel, ts=ts, text=message.text, blocks=message.blocks
@@ -135,10 +148,6 @@ class Interactions:
             log.info("card %s: edit deferred to the paced updates", ts, exc_info=True)
             self.budget.submit(channel, ts, message, urgent=True)
             return False
-        try:
-            await self.turns.card_edited(approval.job_id, approval.call_id)
-        except StoreError:
-            log.info("card %s edited; settling it is left to a scan", ts, exc_info=True)
         return True
 
     async def show_reply(self, thread: Thread, job_id: str, reply_ts: str) -> None:
@@ -207,15 +216,7 @@ class Interactions:
                 message = decided_card(
                     approval, approval.status, approval.decided_by, at, replies=replies
                 )
-            channel, ts = card_place(self.approval_channel, approval)[0], approval.card_ts
-            assert ts is not None
-            try:
-                await self.client.chat_update(
-                    channel=channel, ts=ts, text=message.text, blocks=message.blocks
-                )
-            except Exception:
-                log.info("card %s: reply edit deferred to the paced updates", ts, exc_info=True)
-                self.budget.submit(channel, ts, message, urgent=True)
+            await self._edit_card(approval, message)
             shown = now
             fresh = await self.turns.approval(approval.job_id, approval.call_id)
             if fresh is None:
