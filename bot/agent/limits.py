@@ -32,10 +32,6 @@ class LimitHit:
     detail: str
 
 
-def estimate_chars(text: str | None) -> int:
-    return 0 if not text else len(text)
-
-
 def reservation(state: RunState, limits: Limits, *, full_prompt_chars: int) -> int:
     """Tokens to reserve for the next call.
 

@@ -34,7 +34,7 @@ import asyncio
 import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -310,7 +310,3 @@ def _clip(text: str, limit: int = ERROR_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
-
-def int_list(values: Sequence[object] | None) -> list[int]:
-    """An ``int[]`` column as a list (``NULL`` as empty)."""
-    return [int(v) for v in values or () if isinstance(v, int)]
