@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from bot.agent.tools import Tool
-from bot.errors import ConfigError, ToolError
+from bot.errors import ToolError
 from tools.base import tool
 from tools.packs import Pack, PackConfig
 from tools.packs.backend import (
@@ -27,6 +27,7 @@ from tools.packs.backend import (
     Backend,
     ago,
     annotation,
+    backend_pack,
     clip,
     iso,
     labels_text,
@@ -113,10 +114,12 @@ SilenceId = Annotated[str, Field(pattern=UUID_PATTERN)]
 
 def build(config: PackConfig) -> Pack:
     """The pack against ``ALERTMANAGER_URL``; ``ConfigError`` when it is missing or bad."""
-    if not config.alertmanager_url:
-        raise ConfigError("ALERTMANAGER_URL is required for the alertmanager pack")
-    backend = Backend("alertmanager", config.alertmanager_url, variable="ALERTMANAGER_URL")
-    return Pack(tools=alertmanager_tools(backend), closers=(backend.aclose,))
+    return backend_pack(
+        "alertmanager",
+        config.alertmanager_url,
+        variable="ALERTMANAGER_URL",
+        tools_of=alertmanager_tools,
+    )
 
 
 def alertmanager_tools(backend: Backend) -> list[Tool]:

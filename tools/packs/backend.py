@@ -14,13 +14,15 @@ import asyncio
 import json
 import math
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from bot.agent.tools import Tool
 from bot.errors import ConfigError, ToolError
+from tools.packs import Pack
 
 CONNECT_TIMEOUT_S = 3.0
 
@@ -163,6 +165,17 @@ class Backend:
             error_type = str(parsed.get("errorType") or "")
         kind = f" {error_type}" if error_type else ""
         return f"{self.kind} answered HTTP {status}{kind}: {clip(detail, ERROR_CHARS) or '(empty)'}"
+
+
+def backend_pack(
+    name: str, url: str | None, *, variable: str, tools_of: Callable[[Backend], list[Tool]]
+) -> Pack:
+    """The pack ``name`` over one ``Backend`` at ``url`` (from ``variable``): its tools
+    and the backend's close; ``ConfigError`` when the URL is missing or bad."""
+    if not url:
+        raise ConfigError(f"{variable} is required for the {name} pack")
+    backend = Backend(name, url, variable=variable)
+    return Pack(tools=tools_of(backend), closers=(backend.aclose,))
 
 
 def _base_url(url: str, variable: str) -> httpx.URL:

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from bot.agent.tools import Tool
-from bot.errors import ConfigError, ToolError
+from bot.errors import ToolError
 from tools.base import tool
 from tools.packs import Pack, PackConfig
 from tools.packs.backend import (
@@ -34,6 +34,7 @@ from tools.packs.backend import (
     Backend,
     ago,
     annotation,
+    backend_pack,
     clip,
     duration,
     iso,
@@ -70,10 +71,9 @@ Minutes = Annotated[int, Field(ge=1, le=MAX_RANGE_MINUTES)]
 
 def build(config: PackConfig) -> Pack:
     """The pack against ``PROMETHEUS_URL``; ``ConfigError`` when it is missing or bad."""
-    if not config.prometheus_url:
-        raise ConfigError("PROMETHEUS_URL is required for the prometheus pack")
-    backend = Backend("prometheus", config.prometheus_url, variable="PROMETHEUS_URL")
-    return Pack(tools=prometheus_tools(backend), closers=(backend.aclose,))
+    return backend_pack(
+        "prometheus", config.prometheus_url, variable="PROMETHEUS_URL", tools_of=prometheus_tools
+    )
 
 
 def prometheus_tools(backend: Backend) -> list[Tool]:
