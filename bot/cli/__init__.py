@@ -9,6 +9,7 @@ Commands use the layers below them; no product module imports this package but
 ``bot/__main__.py``.
 """
 
-# Where every environment variable is described: the README (also the package's
-# description), as ``serve --help`` and a settings problem name it.
-CONFIG_REFERENCE = "README.md#configuration-reference"
+# Where every environment variable is described: one table in the source repository,
+# checked against ``bot.settings`` by a test, as ``serve --help`` and a settings problem
+# name it.
+CONFIG_REFERENCE = "docs/configuration.md"

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     choice.add_argument("--deny", action="store_true", help="deny the restart without asking")
     settings = (
         "Settings come from the environment; every variable, what it does and its default: "
-        f"{CONFIG_REFERENCE} (the README of the source, also the package's description). "
+        f"{CONFIG_REFERENCE} (in the source repository, linked from its README). "
         "Missing or invalid ones are listed all at once, exit 2; `opsloop check` checks "
         "them and every backend without serving."
     )

@@ -15,7 +15,7 @@ import pytest
 from bot.settings import PURPOSES
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE = "README.md#configuration-reference"
+REFERENCE = "docs/configuration.md"
 WAIT_S = 60.0
 
 
