@@ -53,13 +53,14 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from bot.emulator.bot_process import BotProcess, bot_env
 from bot.emulator.model_server import ScriptedServer
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Reply
 from bot.emulator.sender import sign
 from bot.emulator.slack import FakeSlack
+from bot.emulator.slack_requests import event_body, mention
 from bot.store.connection import connect
-from tests.e2e.harness import BotProcess, bot_env, event_body, mention
 
 SECRET = "bench-secret"
 LAG = "opsloop_event_loop_lag_seconds"

@@ -100,13 +100,14 @@ from benchmarks.slack_ack import (  # noqa: E402
     profile,
     report_profile,
 )
+from bot.emulator.bot_process import BotProcess, bot_env  # noqa: E402
 from bot.emulator.model_server import ScriptedServer  # noqa: E402
 from bot.emulator.redis_replica import ManagedReplica  # noqa: E402
 from bot.emulator.redis_server import ManagedRedis  # noqa: E402
 from bot.emulator.redis_topology import ClusterNode, ManagedCluster, ManagedSentinel  # noqa: E402
 from bot.emulator.scripted import Reply  # noqa: E402
 from bot.emulator.sender import new_event_id, retried, sign  # noqa: E402
-from tests.e2e.harness import BotProcess, bot_env, event_body, mention  # noqa: E402
+from bot.emulator.slack_requests import event_body, mention  # noqa: E402
 
 ROWS = ("standalone", "replica", "cluster", "cluster-mr1", "sentinel")
 FAULTS = ("cluster:failover", "cluster:kill", "sentinel:kill")
