@@ -45,7 +45,7 @@ import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
@@ -213,6 +213,19 @@ redis.call('SET', KEYS[2], ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[4])
 return removed
 """
+
+
+class AuditQuery(TypedDict, total=False):
+    """The filters of ``AuditLog.entries``/``matching``: a time window (epoch seconds),
+    who acted, which tool, channel or job, and how many at most."""
+
+    since: float | None
+    until: float | None
+    user: str | None
+    tool: str | None
+    channel: str | None
+    job: str | None
+    limit: int | None
 
 
 class AuditLog:
@@ -416,21 +429,9 @@ class AuditLog:
                 return
             start = f"({page[-1][0]}"
 
-    async def entries(
-        self,
-        *,
-        since: float | None = None,
-        until: float | None = None,
-        user: str | None = None,
-        tool: str | None = None,
-        channel: str | None = None,
-        job: str | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[AuditEntry]:
+    async def entries(self, **query: Unpack[AuditQuery]) -> AsyncIterator[AuditEntry]:
         """The entries matching every filter given, oldest first."""
-        found = self.matching(
-            since=since, until=until, user=user, tool=tool, channel=channel, job=job, limit=limit
-        )
+        found = self.matching(**query)
         async with aclosing(found):
             async for stored in found:
                 yield stored.entry
