@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.core_loop import TOOL, InstantModel, K, prior_history  # noqa: E402
 from bot.agent import AgentConfig, StopReason, run  # noqa: E402
 from bot.agent.events import Event, EventSink  # noqa: E402
+from bot.otel.tracing import Tracing, TracingOptions, open_tracing  # noqa: E402
 from bot.store.jobs import JobLimits, new_job  # noqa: E402
 from bot.store.keys import Thread  # noqa: E402
 from bot.store.trace import TraceRecorder  # noqa: E402
-from bot.turns.otel import Tracing, TracingOptions, open_tracing  # noqa: E402
 
 LIMITS = JobLimits(max_iterations=50, deadline_s=600, token_budget=10_000_000)
 RECORD = new_job(Thread("C1", "1700000000.000100"), requester="U1", limits=LIMITS, now=0.0)

@@ -43,6 +43,7 @@ from bot.llm.condense import ModelCondenser
 from bot.llm.http import make_http_client
 from bot.llm.prices import pricing_for
 from bot.metrics import Metrics, watch_loop
+from bot.otel.tracing import Tracing, TracingOptions, open_tracing
 from bot.prompts import load_system_prompt
 from bot.scrub import Scrubber
 from bot.settings import BotSettings, LLMSettings, ToolSettings, load_otel_settings
@@ -66,7 +67,6 @@ from bot.store.jobs import JobLimits
 from bot.store.keys import Keys
 from bot.store.replicas import Replication
 from bot.turns.audit import AuditPublisher
-from bot.turns.otel import Tracing, TracingOptions, open_tracing
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import Scanner
 from bot.turns.spend import WorkspaceSpend, daily_caps, job_admission

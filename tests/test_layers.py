@@ -39,11 +39,16 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "bot.llm": frozenset({"bot.agent", "bot.errors", "bot.settings", "bot.scrub"}),
     "bot.store": frozenset({"bot.agent", "bot.errors"}),
     "tools": frozenset({"bot.agent", "bot.errors", "bot.scrub"}),
-    "bot.turns": frozenset({"bot.agent", "bot.errors", "bot.store", "tools", "bot.llm"}),
-    "bot.slack": frozenset({"bot.turns", "bot.store", "bot.llm", "bot.metrics"}) | SHARED,
+    # OpenTelemetry: the switch, a job's trace meta, the SDK's spans (only when on).
+    "bot.otel": frozenset({"bot.agent", "bot.store"}),
+    "bot.turns": frozenset(
+        {"bot.agent", "bot.errors", "bot.store", "tools", "bot.llm", "bot.otel"}
+    ),
+    "bot.slack": frozenset({"bot.turns", "bot.store", "bot.llm", "bot.metrics", "bot.otel"})
+    | SHARED,
     "bot.metrics": SHARED,
     "bot.service": frozenset(
-        {"bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.metrics"}
+        {"bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.metrics", "bot.otel"}
     )
     | SHARED,
     "bot.emulator": frozenset({"bot.agent", "bot.errors"}),
@@ -53,7 +58,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "bot.cli": frozenset(
         {"bot", "bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.service"}
     )
-    | {"bot.metrics", "bot.dev"}
+    | {"bot.metrics", "bot.dev", "bot.otel"}
     | SHARED,
     "bot.__main__": frozenset({"bot.cli"}),
 }

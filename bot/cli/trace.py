@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 from bot.agent.messages import AssistantMessage, Malformed, UserMessage
 from bot.errors import ConfigError, StoreError
 from bot.llm.prices import cost_text
+from bot.otel.meta import trace_id_of
 from bot.store.approvals import ApprovalRecord, Approvals
 from bot.store.connection import RedisTarget, connect, translated
 from bot.store.history import load_message
@@ -49,7 +50,6 @@ from bot.store.trace import (
     TraceEntry,
     read_trace,
 )
-from bot.turns.otel import trace_id_of
 
 MAX_JOBS = 200  # a thread's jobs shown at most (the newest)
 ARGS_CHARS = 300  # a tool call's arguments on one line of the human rendering

@@ -61,6 +61,7 @@ from bot.agent.state import StopReason
 from bot.agent.tools import Tool
 from bot.agent.work_done import work_done
 from bot.errors import HandedOver, StoreError
+from bot.otel.tracing import RunTrace, Tracing, with_trace_id
 from bot.store.approvals import ApprovalRecord, Approvals, Outcome, to_decision
 from bot.store.artifacts import RedisArtifacts
 from bot.store.buckets import count_buckets
@@ -85,7 +86,6 @@ from bot.turns.claims import PatientLedger
 from bot.turns.context import ThreadContext, context_first
 from bot.turns.controls import Authorize, StopOutcome, Verdict, stopped_by
 from bot.turns.facts import job_facts
-from bot.turns.otel import RunTrace, Tracing, with_trace_id
 from bot.turns.ports import JobSink, Notifier
 from tools.registry import Catalog
 

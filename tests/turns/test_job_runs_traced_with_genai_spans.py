@@ -17,9 +17,9 @@ from bot.agent import ModelRequest, ModelResponse, StopReason
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.emulator.otlp_receiver import OtlpReceiver, ReceivedSpan
 from bot.metrics import Metrics
+from bot.otel.spans import GenAiTracing
+from bot.otel.tracing import SPAN_META, TRACE_META, TracingOptions
 from bot.store.keys import Keys, Thread
-from bot.turns.otel import SPAN_META, TRACE_META, TracingOptions
-from bot.turns.otel_spans import GenAiTracing
 from bot.turns.runner import Turns, TurnSettings
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog

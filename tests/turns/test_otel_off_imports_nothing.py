@@ -37,7 +37,7 @@ from bot.settings import load_otel_settings
 from bot.store.connection import connect
 from bot.store.jobs import JobLimits
 from bot.store.keys import Keys, Thread
-from bot.turns.otel import TracingOptions, open_tracing
+from bot.otel.tracing import TracingOptions, open_tracing
 from bot.turns.runner import Turns, TurnSettings
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog

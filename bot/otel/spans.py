@@ -1,13 +1,13 @@
 """A job's runs as OpenTelemetry spans, named as the GenAI semantic conventions name them.
 
-Imported only by ``bot.turns.otel.open_tracing`` when tracing is on: this is the one
+Imported only by ``bot.otel.tracing.open_tracing`` when tracing is on: this is the one
 module that imports the OpenTelemetry SDK. We follow the GenAI conventions of
 semantic-conventions **v1.41.0** (status Development; the last release before they
 moved to the ``semantic-conventions-genai`` repository), the
 ``gen_ai_latest_experimental`` names:
 
 - ``invoke_agent opsloop`` (INTERNAL), one per run of a job. Every run of one job is in
-  one trace (the id in the job's ``meta``, ``bot.turns.otel``); a run that resumes a job
+  one trace (the id in the job's ``meta``, ``bot.otel.tracing``); a run that resumes a job
   (after an approval, a Continue, a takeover) links to the run it continues.
 - ``chat {model}`` (CLIENT), one per model request, child of the run: provider,
   request and response model, input/output/cached tokens, finish reasons.
@@ -79,9 +79,9 @@ from bot.agent.events import (
 from bot.agent.ports import Approved, Decision, Denied
 from bot.agent.state import StopReason
 from bot.agent.tools import Tool
+from bot.otel.meta import SPAN_META, TRACE_META, TracingOptions
 from bot.store.jobs import JobRecord
 from bot.store.trace import bound_text
-from bot.turns.otel_meta import SPAN_META, TRACE_META, TracingOptions
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ class GenAiTracing:
 
 
 class RunSpans:
-    """One run's spans, built from the run's events (a ``bot.turns.otel.RunTrace``)."""
+    """One run's spans, built from the run's events (a ``bot.otel.tracing.RunTrace``)."""
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 A job's record ``meta`` (which every process already reads and writes with the record)
 holds ``TRACE_META``, the job's trace id (32 hex digits, fixed by its first traced run,
 so every run of the job is in one trace), and ``SPAN_META``, the W3C ``traceparent`` of
-its latest run's ``invoke_agent`` span, which the next run links to (``bot.turns.otel``).
+its latest run's ``invoke_agent`` span, which the next run links to (``bot.otel.tracing``).
 """
 
 from __future__ import annotations
