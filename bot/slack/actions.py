@@ -29,6 +29,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.state import StopReason
 from bot.errors import StoreError
+from bot.records import ApprovalRecord, JobRecord, Thread
 from bot.slack.assistant import card_place
 from bot.slack.blockkit import Message, mention
 from bot.slack.blocks import ending_message
@@ -36,9 +37,6 @@ from bot.slack.cards import approval_card, decided_card, reminder_message
 from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
-from bot.store.approvals import ApprovalRecord
-from bot.store.jobs import JobRecord
-from bot.store.keys import Thread
 from bot.turns.controls import UNKNOWN_CARD, Accepted, Refused, Verdict
 from bot.turns.runner import Turns
 from bot.turns.spend import CapContinued, DailyCaps, Raised, continue_capped, stopped_by_cap

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.records import Thread
 from bot.slack.blockkit import group_mention, hhmm, mention, plural
-from bot.store.keys import Thread
 from bot.turns.admission import CapReached, NotAdmitted, RateLimited
 
 log = logging.getLogger(__name__)

@@ -41,12 +41,10 @@ from slack_bolt.context.assistant.thread_context_store.async_store import (
 from slack_bolt.middleware.assistant.async_assistant import AsyncAssistant
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.records import ApprovalRecord, JobRecord, Thread
 from bot.settings import DEFAULT_SUGGESTED_PROMPTS
 from bot.slack.blockkit import Message as BlockMessage
 from bot.slack.blockkit import context_block, mention, one_line, unescape
-from bot.store.approvals import ApprovalRecord
-from bot.store.jobs import JobRecord
-from bot.store.keys import Thread
 from bot.turns.assistant import Pane, PaneContext
 from bot.turns.runner import Turns
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Literal
 
+from bot.records import ApprovalRecord, CardReply
 from bot.slack.blockkit import (
     MAX_HEADER,
     MAX_SECTION,
@@ -33,8 +34,6 @@ from bot.slack.blockkit import (
     section_block,
 )
 from bot.slack.blocks import ACTION_APPROVE, ACTION_DENY
-from bot.store.approvals import ApprovalRecord
-from bot.store.card_replies import CardReply
 
 Outcome = Literal["approved", "denied", "expired", "cancelled"]
 

@@ -22,6 +22,7 @@ from bot.agent.events import Event, ModelRequestEnd, RunEnd, ToolEnd
 from bot.agent.ports import Injected
 from bot.agent.state import StopReason
 from bot.metrics import Metrics
+from bot.records import ApprovalRecord, JobRecord, LedgerRecord, Thread
 from bot.slack.assistant import card_channel, post_card_elsewhere
 from bot.slack.blocks import ACTION_STOP
 from bot.slack.cards import approval_card
@@ -29,10 +30,6 @@ from bot.slack.identity import BotIdentity
 from bot.slack.names import Names
 from bot.slack.progress import JobProgress
 from bot.slack.updates import UpdateBudget
-from bot.store.approvals import ApprovalRecord
-from bot.store.jobs import JobRecord
-from bot.store.keys import Thread
-from bot.store.ledger import LedgerRecord
 
 log = logging.getLogger(__name__)
 

@@ -67,6 +67,7 @@ from bot.agent.events import ApprovalRequested, Event, RunEnd, ToolEnd
 from bot.agent.ports import WORKSPACE_CAP, Clock, LoopClock
 from bot.agent.state import RunResult, StopReason
 from bot.otel.meta import trace_id_of
+from bot.records import JobRecord
 from bot.slack.answers import answer_messages
 from bot.slack.blockkit import Message
 from bot.slack.blocks import Progress, ToolLine, ending_message, with_narration
@@ -78,7 +79,6 @@ from bot.slack.outputs import CUT_AFTER, with_output_buttons
 from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
 from bot.slack.tasks import DISPLAY_MODES, TASK_CARDS, task_title
 from bot.slack.updates import RateLimited, UpdateBudget
-from bot.store.jobs import JobRecord
 
 log = logging.getLogger(__name__)
 

@@ -26,11 +26,11 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.state import RunResult, StopReason
+from bot.records import JobRecord
 from bot.slack.answers import answer_messages
 from bot.slack.names import Names
 from bot.slack.notifier import FIND_STATUS_PAGE, FIND_STATUS_TIMEOUT_S, has_stop_for
 from bot.slack.progress import ending_for, post_patiently
-from bot.store.jobs import JobRecord
 
 log = logging.getLogger(__name__)
 

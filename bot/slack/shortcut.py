@@ -46,11 +46,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.errors import StoreError
+from bot.records import Thread
 from bot.slack.actions import Interactions
 from bot.slack.admission import refusal_text
 from bot.slack.context import author, message_text
 from bot.slack.inbound import CHANNEL_ID, SLACK_TS
-from bot.store.keys import Thread
 from bot.turns import admission as gate
 from bot.turns.admission import JobAdmission
 from bot.turns.context import ContextWindow, ts_key

@@ -39,6 +39,8 @@ settles it.
 
 Who may decide (approver policy, two-person rule) is the Slack layer's business, not
 this module's; it only guarantees one decision, bound to the card's arguments hash.
+``ApprovalRecord`` and its ``Status``/``Outcome`` are in ``bot.records`` (the Slack edge
+renders them), re-exported here.
 """
 
 from __future__ import annotations
@@ -50,14 +52,15 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ConfigDict
 from redis.commands.core import AsyncScript
 
 from bot.agent.ports import Approved, Denied
 from bot.errors import StoreError
+from bot.records import ApprovalRecord as ApprovalRecord
+from bot.records import Outcome as Outcome
+from bot.records import Status as Status
 from bot.store.audit import ACTOR_BOT, OUTBOX_TTL_S, AuditEntry, bound_result, staged_json
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import translated
@@ -70,9 +73,6 @@ log = logging.getLogger(__name__)
 
 APPROVAL_RETENTION_S = 30 * 24 * 3600
 """How long a record outlives its expiry (traces and late clicks can still name it)."""
-
-Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
-Outcome = Literal["approved", "denied", "expired", "cancelled"]
 
 REFUSED_EXPIRED = "this approval has expired"
 REFUSED_STALE = "the card no longer matches the call"
@@ -87,34 +87,6 @@ POSTING = "posting:"  # card_ts while a process posts the card (claim_card)
 CARD_CLAIM_S = 30.0
 CARD_EDIT_GRACE_S = 3.0  # the deciding process edits the card at once; others wait this long
 CARD_EDIT_RETRY_S = 30.0  # a taken edit that was not settled is offered again after this
-
-
-class ApprovalRecord(BaseModel):
-    """A call waiting for (or given) a human decision."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = 1
-    job_id: str
-    call_id: str
-    tool: str
-    category: Literal["mutating", "destructive"]
-    args_hash: str
-    arguments: dict[str, object]
-    reason: str | None = None  # the assistant text that came with the call
-    dry_run_output: str | None = None
-    preview: str | None = None  # what exactly will run, as the tool says (a command's argv)
-    requester: str  # Slack user id of whoever started the job
-    channel: str
-    thread_ts: str
-    requested_at: float
-    expires_at: float
-    card_ts: str | None = None
-    status: Status = "pending"
-    decided_by: str | None = None
-    decided_at: float | None = None
-    card_owed: bool = False  # decided, and its card not yet edited to say so
-    replies_seq: int = 0  # the thread's receipt count its card's replies were shown for
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

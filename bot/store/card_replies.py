@@ -7,32 +7,22 @@ reads the thread's stream (no state of its own, so any process renders the same 
 after a crash too) for the people's messages sent between the request for approval and
 its decision (Slack's ``ts`` is the sending time), newest last. Bounded: one ``XRANGE``
 from the request's time (less ``CLOCK_SKEW_S``, the stream ids being Redis' clock and
-``requested_at`` ours) of at most ``SCAN_LIMIT`` entries.
+``requested_at`` ours) of at most ``SCAN_LIMIT`` entries. ``CardReply``, the value it
+returns, is a record the edge renders (``bot.records``), re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import redis.asyncio as aioredis
 
-from bot.store.approvals import ApprovalRecord
+from bot.records import ApprovalRecord
+from bot.records import CardReply as CardReply
 from bot.store.connection import translated
 from bot.store.inject import F_AUTHOR, F_TEXT, F_TS, sent_at
 from bot.store.keys import Keys, Thread
 
 SCAN_LIMIT = 200  # entries read per card: far more than a thread says in one wait
 CLOCK_SKEW_S = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class CardReply:
-    """One person's message sent while the card waited."""
-
-    ts: str  # the Slack message's ts (its id and when it was sent)
-    author: str
-    text: str
-    sent_at: float
 
 
 class CardReplies:

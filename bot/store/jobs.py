@@ -26,6 +26,9 @@ and a process that dies running it must be found within its lease.
 Stop is a flag on the job (``cancel``), read by its loop every step, and a signal on the
 bucket's sharded pub/sub channel that cancels an in-flight call at once wherever the job
 runs (``Turns.listen_for_stops`` subscribes to every bucket's).
+
+The record and its status (``JobRecord``, ``JobStatus``, ``JobLimits``, ``LimitRaise``)
+are in ``bot.records``, which the Slack edge reads too; they are re-exported here.
 """
 
 from __future__ import annotations
@@ -33,14 +36,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from enum import StrEnum
 from typing import Literal
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ConfigDict, Field
 
-from bot.agent.state import RunState, StopReason
 from bot.errors import StoreError
+from bot.records import JobLimits as JobLimits
+from bot.records import JobRecord as JobRecord
+from bot.records import JobStatus as JobStatus
+from bot.records import LimitRaise as LimitRaise
 from bot.store.audit import OUTBOX_TTL_S, AuditEntry, staged_json
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import StoreConflict, translated
@@ -51,47 +55,6 @@ from bot.store.trace import MAX_TRACE_ENTRIES
 
 log = logging.getLogger(__name__)
 
-
-class JobStatus(StrEnum):
-    """A job's status: ``queued`` and ``running``, which only a job has, then every
-    ``StopReason`` under its own name and value (``of`` maps a reason to its status).
-
-    The values are taken from ``StopReason`` so the two cannot drift apart; the members
-    are spelled out so type checkers know them, and ``tests/store/test_job_status_parity.py``
-    fails when a ``StopReason`` has no status here. Live: ``queued``, ``running``,
-    ``awaiting_approval``; every other status is final.
-    """
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    AWAITING_APPROVAL = StopReason.AWAITING_APPROVAL.value
-    COMPLETED = StopReason.COMPLETED.value
-    INCOMPLETE = StopReason.INCOMPLETE.value
-    LIMIT_ITERATIONS = StopReason.LIMIT_ITERATIONS.value
-    LIMIT_TOKENS = StopReason.LIMIT_TOKENS.value
-    LIMIT_DEADLINE = StopReason.LIMIT_DEADLINE.value
-    LOOP = StopReason.LOOP.value
-    STALLED = StopReason.STALLED.value
-    NO_ACTION = StopReason.NO_ACTION.value
-    FAILED = StopReason.FAILED.value
-    CANCELLED = StopReason.CANCELLED.value
-
-    @property
-    def final(self) -> bool:
-        return self not in _LIVE
-
-    @property
-    def limit(self) -> bool:
-        return self in _LIMITS
-
-    @classmethod
-    def of(cls, reason: StopReason) -> JobStatus:
-        """The status of a job whose run stopped for ``reason``."""
-        return cls(reason.value)
-
-
-_LIVE = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.AWAITING_APPROVAL})
-_LIMITS = frozenset({JobStatus.LIMIT_ITERATIONS, JobStatus.LIMIT_TOKENS, JobStatus.LIMIT_DEADLINE})
 
 Via = Literal["decision", "raise"]
 
@@ -114,51 +77,6 @@ def check_transition(old: JobStatus, new: JobStatus, via: Via | None = None) -> 
     if not ok:
         how = f" via {via}" if via else ""
         raise StoreConflict(f"job status {old.value} → {new.value}{how} is not allowed")
-
-
-class JobLimits(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    max_iterations: int
-    deadline_s: float
-    token_budget: int
-
-
-class LimitRaise(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    limit: Literal["iterations", "tokens", "deadline"]
-    amount: float
-    by: str  # Slack user id
-    at: float
-
-
-class JobRecord(BaseModel):
-    """Everything about one job; persisted as JSON."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = 1
-    id: str
-    channel: str
-    thread_ts: str
-    status: JobStatus = JobStatus.QUEUED
-    requester: str
-    request_ts: str | None = None  # the Slack message that started the job
-    created_at: float
-    updated_at: float
-    limits: JobLimits
-    raises: list[LimitRaise] = Field(default_factory=list)
-    progress: RunState = Field(default_factory=RunState)
-    stop_reason: str | None = None
-    error: str | None = None
-    output: str | None = None
-    fence: int = 0  # fencing token of the last writer
-    meta: dict[str, str] = Field(default_factory=dict)  # e.g. the status message ts
-
-    @property
-    def thread(self) -> Thread:
-        return Thread(self.channel, self.thread_ts)
 
 
 JOB_ID_PLACEHOLDER = "__JOB_ID__"  # the creating script puts the job's id here

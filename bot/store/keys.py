@@ -13,12 +13,18 @@ default slot ranges) instead of one shard holding each. Scripts never touch an i
 together with thread keys; indexes are hints that the scanner re-checks, reading every
 bucket. ``UNBUCKETED`` names the single keys earlier versions used (moved into buckets
 by ``bot.store.buckets``).
+
+``Thread`` and ``thread_of`` are the thread's value, not key building: they live with
+the records (``bot.records``) and are re-exported here.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+
+from bot.records import Thread as Thread
+from bot.records import thread_of as thread_of
 
 DEFAULT_PREFIX = "opsloop:"
 
@@ -47,27 +53,6 @@ def bucket_of(tag: str) -> int:
 def job_bucket(job_id: str) -> int:
     """The index bucket of a job's entries (its thread's)."""
     return bucket_of(thread_of(job_id).tag)
-
-
-@dataclass(frozen=True, slots=True)
-class Thread:
-    """A conversation: one Slack thread."""
-
-    channel: str
-    thread_ts: str
-
-    @property
-    def tag(self) -> str:
-        return f"{{{self.channel}:{self.thread_ts}}}"
-
-    def job_id(self, n: int) -> str:
-        return f"{self.channel}:{self.thread_ts}:j{n}"
-
-
-def thread_of(job_id: str) -> Thread:
-    """The thread a job id belongs to (``C123:1700000000.000100:j3``)."""
-    channel, thread_ts, _ = job_id.rsplit(":", 2)
-    return Thread(channel, thread_ts)
 
 
 @dataclass(frozen=True, slots=True)

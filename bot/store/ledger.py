@@ -1,8 +1,9 @@
 """The mutating-call ledger: the core's ``Ledger`` port on Redis.
 
 One HASH per job (``keys.ledger(job_id)``), field = idempotency key
-``{job_id}:{call_id}``, value = ``LedgerRecord`` JSON. ``begin`` claims the key with
-HSETNX before a write runs (``started``); ``finish`` records ``done`` with the output.
+``{job_id}:{call_id}``, value = ``LedgerRecord`` JSON (the record is in ``bot.records``,
+re-exported here). ``begin`` claims the key with HSETNX before a write runs
+(``started``); ``finish`` records ``done`` with the output.
 A key found ``started`` on a later run means the process died during the write: the
 core reports "outcome unknown" and never runs it again. A key found ``done`` returns the
 recorded output instead of running the write twice.
@@ -18,7 +19,7 @@ own, ``write_started:{key}:{at}``, which the chain does not dedupe away). The ga
 leaves is a process dying between the refused WAIT and the withdrawal: its claim stays
 ``started`` and is reported unknown, as any claim of a process that died.
 
-Key parsing: a job id is ``channel:thread_ts:jN`` (two colons, see ``keys.Thread``), so
+Key parsing: a job id is ``channel:thread_ts:jN`` (two colons, see ``bot.records.Thread``), so
 the call id is everything after the third colon. Call ids come from model providers and
 are not ours to constrain, so a call id containing a colon still parses correctly.
 """
@@ -28,14 +29,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Literal
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from bot.agent.observe import ERROR_PREFIX
 from bot.agent.ports import LedgerEntry
 from bot.errors import StoreError
+from bot.records import LedgerRecord as LedgerRecord
 from bot.store.audit import ACTOR_BOT, OUTBOX_TTL_S, AuditEntry, AuditKind, bound_result
 from bot.store.connection import translated
 from bot.store.failover import RUN_RETRY_BUDGET_S, retried
@@ -55,28 +56,6 @@ log = logging.getLogger(__name__)
 
 LEDGER_TTL_S = 30 * 24 * 3600  # as long as the job and its history
 MAX_OUTPUT_BYTES = 64 * 1024  # the full output, if longer, lives in the artifacts
-
-
-class LedgerRecord(BaseModel):
-    """One mutating call's ledger entry, as stored."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = 1
-    # withdrawn: claimed, no replica confirmed the claim, and taken back: never started
-    state: Literal["started", "done", "withdrawn"]
-    tool: str | None = None
-    args_hash: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    withdrawn_at: float | None = None
-    output: str | None = None
-    output_bytes: int | None = None  # the output's full size, when it was cut
-
-    def entry(self) -> LedgerEntry:
-        if self.state == "withdrawn":  # ``_BEGIN`` claims over it: never handed out
-            raise StoreError("a withdrawn ledger entry is not an entry of a started call")
-        return LedgerEntry(state=self.state, output=self.output)
 
 
 class ClaimWithdrawn(NotReplicated):
