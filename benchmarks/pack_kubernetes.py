@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.agent.tools import CallContext  # noqa: E402
 from bot.emulator.kube_api import FakeKube  # noqa: E402
+from bot.emulator.kube_env import environ_for  # noqa: E402
 from bot.emulator.kube_incident import incident_cluster  # noqa: E402
-from tests.tools.packs.kube_backend import environ_for  # noqa: E402
 from tools.packs.k8s_client import Kube  # noqa: E402
 from tools.packs.kubernetes import make_pack  # noqa: E402
 

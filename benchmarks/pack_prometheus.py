@@ -3,8 +3,8 @@ what the answer costs the model.
 
 Prometheus (scraping node-exporter, itself and a closed port every second, with an
 always-firing and an always-pending alert) and Alertmanager (a few posted alerts, one of
-them silenced) run as child processes on loopback, started by the tests' launcher
-(``tests/tools/packs/backends.py``). Each read-only tool is called through ``execute``
+them silenced) run as child processes on loopback, started by
+``bot/emulator/prometheus_stack.py``. Each read-only tool is called through ``execute``
 as the agent core calls it; reported per call: median and p90 wall time, the answer's
 size in characters and in tokens (≈ chars/4), and, for comparison, the size of the raw
 API answer a tool that passed it through would hand the model.
@@ -25,7 +25,7 @@ import httpx
 
 from bot.agent import CallContext
 from bot.agent.tools import Tool
-from tests.tools.packs.backends import AlertmanagerServer, PrometheusStack
+from bot.emulator.prometheus_stack import AlertmanagerServer, PrometheusStack
 from tools.packs import PackConfig, load_packs
 
 CTX = CallContext(job_id="C1:1.1:j1", call_id="bench")

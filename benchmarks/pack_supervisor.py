@@ -1,7 +1,7 @@
 """The supervisor pack against a local supervisord: time to answer ``supervisor_status``
 and the size of the answer the model reads.
 
-A real ``supervisord`` (``tests/tools/packs/supervisor_backend.py``) runs with a small
+A real ``supervisord`` (``bot/emulator/supervisor_server.py``) runs with a small
 set of programs (5 processes: one running program, a group of two, one exited, one
 not started) and a larger one (50 processes). For each, ``supervisor_status`` for every
 program and for one program is called through the tool's ``execute`` (argument
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bot.agent.tools import CallContext
-from tests.tools.packs.supervisor_backend import ManagedSupervisor, Program
+from bot.emulator.supervisor_server import ManagedSupervisor, Program
 from tools.packs import Pack, PackConfig
 from tools.packs.supervisor import build
 

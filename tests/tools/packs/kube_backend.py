@@ -8,20 +8,14 @@ Import the fixtures by their function names (``kube_fixture``, ``kubeconfig_fixt
 * ``kubeconfig``: a kubeconfig file reaching it with the right bearer token;
 * ``pack`` / :func:`pack_for`: the pack built on that kubeconfig (an explicit environment,
   never the machine's ``~/.kube``) with the clock stopped at :data:`NOW`, closed after;
-* :func:`kubectls` and :func:`kubectl`: every real ``kubectl`` to prove the fake against
-  (``kubectl`` on PATH, plus the ``OPSLOOP_TEST_KUBECTL`` binaries, ``:``-separated), run
-  with its own ``HOME`` and a timeout.
-
-Usable without pytest's fixtures too (the benchmark imports :func:`pack_for`).
+* :func:`kubectls`, :func:`kubectl` and :func:`environ_for` (``bot.emulator.kube_env``,
+  where they are described): every real ``kubectl`` to prove the fake against, run with
+  its own ``HOME`` and a timeout, and the environment a client reaches the fake with.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import shutil
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,22 +24,42 @@ import pytest
 
 from bot.agent.tools import CallContext
 from bot.emulator.kube_api import FakeKube
+from bot.emulator.kube_env import (
+    DEBIAN_KUBECTL,
+    KUBECTL_ENV,
+    KUBECTL_TIMEOUT_S,
+    Done,
+    environ_for,
+    kubectl,
+    kubectls,
+)
 from bot.emulator.kube_incident import incident_cluster
 from tools.packs import Pack
 from tools.packs.k8s_client import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, Kube
 from tools.packs.kubernetes import make_pack
 
+__all__ = [
+    "DEBIAN_KUBECTL",
+    "KUBECTL_ENV",
+    "KUBECTL_TIMEOUT_S",
+    "NOW",
+    "Done",
+    "call",
+    "environ_for",
+    "kube_fixture",
+    "kubeconfig_fixture",
+    "kubectl",
+    "kubectls",
+    "pack_fixture",
+    "pack_for",
+    "stopped",
+]
+
 NOW = datetime(2026, 11, 30, 3, 3, 0, tzinfo=UTC)
-KUBECTL_TIMEOUT_S = 60.0
-KUBECTL_ENV = "OPSLOOP_TEST_KUBECTL"
 
 
 def stopped() -> datetime:
     return NOW
-
-
-def environ_for(kubeconfig: Path) -> dict[str, str]:
-    return {"KUBECONFIG": str(kubeconfig), "HOME": str(kubeconfig.parent)}
 
 
 def pack_for(
@@ -93,62 +107,3 @@ async def pack_fixture(kubeconfig: Path) -> AsyncIterator[Pack]:
     yield built
     for close in built.closers:
         await close()
-
-
-# Debian's kubernetes-client, unpacked by ``scripts/debian-kubectl`` (``make setup``) when
-# another kubectl occupies /usr/bin/kubectl.
-DEBIAN_KUBECTL = Path(__file__).parents[3] / ".opsloop/debian-kubectl/usr/bin/kubectl"
-
-
-def kubectls() -> list[str]:
-    """Every kubectl to test against: PATH's, Debian's unpacked one, then
-    ``OPSLOOP_TEST_KUBECTL``'s."""
-    found: list[str] = []
-    on_path = shutil.which("kubectl")
-    if on_path:
-        found.append(on_path)
-    if DEBIAN_KUBECTL.is_file() and os.access(DEBIAN_KUBECTL, os.X_OK):
-        found.append(str(DEBIAN_KUBECTL))
-    for extra in os.environ.get(KUBECTL_ENV, "").split(os.pathsep):
-        if extra and extra not in found:
-            found.append(extra)
-    return found
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-async def kubectl(binary: str, kubeconfig: Path, *args: str) -> Done:
-    """``kubectl ARGS`` against the fake, bounded by ``KUBECTL_TIMEOUT_S``."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(kubeconfig.parent),
-        "KUBECONFIG": str(kubeconfig),
-        "LANG": "C.UTF-8",
-    }
-    proc = await asyncio.create_subprocess_exec(
-        binary,
-        f"--cache-dir={kubeconfig.parent / 'cache'}",
-        "--request-timeout=20s",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    try:
-        async with asyncio.timeout(KUBECTL_TIMEOUT_S):
-            out, err = await proc.communicate()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(
-            f"kubectl {' '.join(args)} did not finish in {KUBECTL_TIMEOUT_S:g}s"
-        ) from None
-    return Done(
-        int(proc.returncode or 0), out.decode(errors="replace"), err.decode(errors="replace")
-    )
