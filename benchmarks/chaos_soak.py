@@ -1,7 +1,7 @@
 """The chaos soak: a few hundred jobs through three ``opsloop serve`` processes on a real
 Redis Cluster (three masters, three replicas, ``OPSLOOP_REDIS_MIN_REPLICAS=1``) while
 processes are SIGKILLed and started again, masters fail over, the model returns bursts of
-5xx and Slack bursts of 429s (``tests/e2e/soak_kit.py`` has the jobs, the chaos and the
+5xx and Slack bursts of 429s (``bot/emulator/soak.py`` has the jobs, the chaos and the
 checks; ``tests/e2e/test_chaos_soak.py`` is its short form in CI).
 
 Printed: the counts checked from Slack's, the tools' and the model's side — every mention
@@ -23,12 +23,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import cast
 
+from bot.emulator.bot_process import bot_env
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.redis_topology import ManagedCluster, ManagedSentinel
+from bot.emulator.scripted_model import ScriptedModel
 from bot.emulator.slack import FakeSlack
+from bot.emulator.soak import Chaos, Soak, Target
 from bot.store.connection import RedisTarget, connect
-from tests.e2e.harness import ScriptedModel, bot_env
-from tests.e2e.soak_kit import Chaos, Soak, Target
 
 
 async def drive(args: argparse.Namespace) -> int:
