@@ -59,7 +59,8 @@ from bot.emulator.sender import new_event_id
 from bot.emulator.slack import BOT_USER_ID, FakeSlack, Message
 from bot.emulator.slack_requests import click_body, event_body, mention, reply, seed
 from bot.emulator.soak_report import Report, tail
-from bot.store.keys import Keys, Thread
+from bot.records import Thread
+from bot.store.keys import Keys
 from bot.turns.scanner import MAX_DELIVERIES
 
 CHANNEL = "CSOAK"
