@@ -309,4 +309,3 @@ async def _close(conn: Any) -> None:
 def _clip(text: str, limit: int = ERROR_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
