@@ -56,7 +56,9 @@ ALLOWED: Mapping[str, frozenset[str]] = {
         {"bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.metrics", "bot.otel"}
     )
     | SHARED,
-    "bot.emulator": frozenset({"bot.agent", "bot.errors"}),
+    # The chaos soak (bot.emulator.soak) reads each job's state by the store's keys and
+    # judges its ending by the scanner's MAX_DELIVERIES.
+    "bot.emulator": frozenset({"bot.agent", "bot.errors", "bot.records", "bot.store", "bot.turns"}),
     "bot.dev": frozenset({"bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.service"})
     | {"bot.emulator"}
     | SHARED,
