@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,76 +14,14 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from bot.emulator.recording_tools import runs, tool_processes
+from bot.emulator.recording_tools import tools_yml as tools_yml  # the tests import it from here
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.slack import BOT_USER_ID, FakeSlack, Message
 from bot.slack.blocks import ACTION_STOP
 from bot.store.keys import Keys, Thread, thread_of
 
 from .harness import BotProcess, block_actions_body, click_body, find_button
-
-RECORDER = """\
-import json, os, sys, time
-log, tool = sys.argv[1], sys.argv[2]
-args = sys.argv[3:]
-delay = float(os.environ.get("OPSLOOP_TEST_DELAY", "0"))
-entry = {"tool": tool, "args": args, "env_confirmed_by": os.environ.get("OPSLOOP_CONFIRMED_BY"),
-         "dry_run": os.environ.get("OPSLOOP_DRY_RUN") == "1",
-         "key": os.environ.get("OPSLOOP_IDEMPOTENCY_KEY")}
-with open(log, "a") as f:
-    f.write(json.dumps({**entry, "phase": "start"}) + "\\n")
-time.sleep(delay)
-with open(log, "a") as f:
-    f.write(json.dumps({**entry, "phase": "done"}) + "\\n")
-print(("would restart " if entry["dry_run"] else "restarted ") + " ".join(args))
-"""
-
-
-def tools_yml(tmp_path: Path, *, delay: float = 0.0, slow_read: float = 0.0) -> tuple[str, Path]:
-    """A tools.yml (path) with ``check_host`` (read-only), ``restart_service`` (mutating,
-    gets ``{confirmed_by}``) and ``delete_pod`` (destructive); and the run log."""
-    script = tmp_path / "recorder.py"
-    script.write_text(RECORDER)
-    log = tmp_path / "runs.jsonl"
-    py = sys.executable
-    text = f"""\
-tools:
-  - name: check_host
-    description: Check a host.
-    params:
-      host: {{type: string, pattern: "^[a-z0-9-]+$", description: Host name}}
-    env: {{OPSLOOP_TEST_DELAY: "{slow_read}"}}
-    timeout: 60
-    run: ["{py}", "{script}", "{log}", "check_host", "{{host}}"]
-  - name: restart_service
-    description: Restart a service.
-    category: mutating
-    params:
-      service: {{type: string, pattern: "^[a-z0-9-]+$", description: Service name}}
-    env: {{OPSLOOP_TEST_DELAY: "{delay}"}}
-    timeout: 60
-    run: ["{py}", "{script}", "{log}", "restart_service", "{{service}}", "{{confirmed_by}}"]
-  - name: delete_pod
-    description: Delete a pod.
-    category: destructive
-    params:
-      pod: {{type: string, pattern: "^[a-z0-9-]+$", description: Pod name}}
-    run: ["{py}", "{script}", "{log}", "delete_pod", "{{pod}}"]
-"""
-    path = tmp_path / "tools.yml"
-    path.write_text(text)
-    return str(path), log
-
-
-def runs(log: Path, *, tool: str | None = None, phase: str = "done") -> list[dict[str, Any]]:
-    """Real (not dry-run) runs recorded by the tools."""
-    if not log.exists():
-        return []
-    found = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    return [
-        r
-        for r in found
-        if r["phase"] == phase and not r["dry_run"] and (tool is None or r["tool"] == tool)
-    ]
 
 
 def call_then_answer(
@@ -250,26 +187,6 @@ async def job_hash(redis_url: str, job_id: str) -> dict[str, Any]:
 def started(log: Path, tool: str) -> list[dict[str, Any]]:
     """Real runs of ``tool`` that began (whatever became of them)."""
     return runs(log, tool=tool, phase="start")
-
-
-def tool_processes(log: Path) -> dict[int, int]:
-    """Live recorder processes writing to ``log``: pid → parent pid (the bot that
-    spawned it, while that bot lives). Linux ``/proc``."""
-    found: dict[int, int] = {}
-    needle = str(log).encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle not in (entry / "cmdline").read_bytes():
-                continue
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":  # a zombie has ended
-            found[int(entry.name)] = int(fields[1])
-    return found
 
 
 def runner_of(log: Path, bots: list[BotProcess]) -> BotProcess:
