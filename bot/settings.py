@@ -1,6 +1,6 @@
 """Configuration from the environment: the only module that reads it.
 
-Each group is a pydantic-settings model with the exact variable names of the README's
+Each group is a pydantic-settings model with the exact variable names of docs/configuration.md's
 configuration table; defaults are named constants. A missing or malformed variable
 becomes a ``ConfigError`` naming it (``load_*_settings``, for code that needs one group);
 ``examine`` reads every group in one pass and returns every ``Problem`` at once, each
@@ -400,9 +400,10 @@ def load_bot_settings() -> BotSettings:
 
 
 class OtelSettings(BaseSettings):
-    """Whether jobs are traced with OpenTelemetry (README "OpenTelemetry traces"). The SDK
-    reads the rest of the standard ``OTEL_*`` variables itself (headers, service name,
-    resource attributes, sampler, batch queue); these are the ones that switch it on."""
+    """Whether jobs are traced with OpenTelemetry (docs/operations.md, "OpenTelemetry
+    traces"). The SDK reads the rest of the standard ``OTEL_*`` variables itself (headers,
+    service name, resource attributes, sampler, batch queue); these are the ones that switch
+    it on."""
 
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
 
@@ -434,7 +435,7 @@ def load_otel_settings() -> OtelSettings:
 # -- every problem at once ----------------------------------------------------------------
 
 # What each variable is for, one line each: ``opsloop check`` and ``serve`` print it beside a
-# missing or invalid variable (the README's configuration reference says more).
+# missing or invalid variable (docs/configuration.md says more).
 PURPOSES: Mapping[str, str] = {
     "SLACK_BOT_TOKEN": "the app's bot token (xoxb-…), from its OAuth & Permissions page",
     "SLACK_SIGNING_SECRET": "proves a request came from Slack (the app's Basic Information)",

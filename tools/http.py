@@ -1,7 +1,7 @@
 """``kind: http`` tools: a request templated from validated arguments, sent under the
 address policy, answered with status, latency and a bounded body.
 
-Templating (the README, "Tools"):
+Templating (docs/tools.md, "tools.yml"):
 
 - ``url``: a placeholder that is the whole URL is inserted as validated (the policy then
   judges it); placeholders inside a URL are percent-encoded with nothing kept (``/``,

@@ -1,6 +1,6 @@
 """Which hosts ``http`` tools may reach (``OPSLOOP_HTTP_ALLOW``), enforced twice.
 
-The rules (the README, "Security: what is refused, and why"):
+The rules (docs/security.md, "What is refused"):
 
 - only ``http`` and ``https`` URLs;
 - never a link-local address (169.254.0.0/16, fe80::/10) nor a cloud metadata endpoint

@@ -1,8 +1,9 @@
 """The ``opsloop`` command line: every command's name and flags, and the dispatch.
 
-This module is the command-line contract (the README's commands) in one place; each
-command's work lives in its own module of ``bot.cli``, imported only when that command runs (so
-``opsloop serve`` does not load the checklist, the trace reader or the demo).
+This module is the command-line contract (the commands the README and docs/ show) in one
+place; each command's work lives in its own module of ``bot.cli``, imported only when that
+command runs (so ``opsloop serve`` does not load the checklist, the trace reader or the
+demo).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ directory: nothing is left running.
   not move under a vacuum), ``deadlock_timeout`` 100 ms, and these roles (passwords over
   TCP, scram-sha-256; the unix socket trusts everyone):
 
-      opsloop_ro        pg_monitor + pg_signal_backend (what the README recommends)
+      opsloop_ro        pg_monitor + pg_signal_backend (what docs/packs.md recommends)
       opsloop_nosignal  pg_monitor only (cancel/terminate of others' sessions refused)
       app               the application whose sessions block, wait and get killed
       hba_rejected      refused by a ``reject`` line of pg_hba.conf

@@ -1,6 +1,6 @@
 """The model chain: ``LLM_MODEL`` followed by ``LLM_FALLBACK_MODELS``.
 
-Parsing follows the README ("Model configuration") exactly: a bare name uses the
+Parsing follows docs/configuration.md ("The model") exactly: a bare name uses the
 primary's endpoint and provider; only the ``openai:`` and ``anthropic:`` prefixes select
 another endpoint
 (``OPENAI_BASE_URL``/``OPENAI_API_KEY`` or ``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``).

@@ -25,7 +25,7 @@ decision that did decide the card says so). ``replicas_caught_up`` (ROLE: no wri
 WAIT) tells a writer waiting to try again when enough replicas have the master's stream.
 
 With N = 0 (the default) nothing changes: no WAIT, no touch. Replicas confirm receipt in
-memory, not on their disk (see the durability table in the README).
+memory, not on their disk (see the durability table in docs/operations.md).
 """
 
 from __future__ import annotations

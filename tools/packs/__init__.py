@@ -6,7 +6,7 @@ Each pack is a module ``tools.packs.<name>`` with one function::
 
 returning its tools (``@tool``-decorated functions, see ``tools/base.py``) and anything
 it must close at shutdown (an HTTP client). The tool names and arguments are the
-external contract in the README's packs tables: users name them in allowlists and see
+external contract in docs/packs.md's tables: users name them in allowlists and see
 them on approval cards. A pack whose backend URL is missing is a ``ConfigError`` naming
 the variable, at start-up.
 """

@@ -1,6 +1,6 @@
 """The ``host`` pack: read-only views of the machine the bot runs on, read from ``/proc``.
 
-Tools (the README, "Built-in tool packs"): ``host_cpu``, ``host_memory``, ``host_disk``,
+Tools (docs/packs.md): ``host_cpu``, ``host_memory``, ``host_disk``,
 ``host_top_processes`` and ``host_tail_log(path, lines)``. Linux only; no dependency
 beyond the standard library. Every answer is a few lines of text for the model.
 

@@ -274,8 +274,8 @@ class PgClient:
             return f"{where}: the query was cancelled ({detail})"
         if isinstance(exc, pgerr.InsufficientPrivilegeError):
             return (
-                f"{where}: role {user!r} lacks a permission: {detail} (the README's postgres "
-                "section lists the grants: pg_monitor, pg_signal_backend)"
+                f"{where}: role {user!r} lacks a permission: {detail} (docs/packs.md, 'The role "
+                "to create', lists the grants: pg_monitor, pg_signal_backend)"
             )
         if isinstance(exc, pgerr.AdminShutdownError | pgerr.CrashShutdownError):
             return f"{where} is shutting down or restarting: {detail}"

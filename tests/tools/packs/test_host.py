@@ -1,6 +1,6 @@
 """The ``host`` pack against the real ``/proc`` of this machine and real files,
 directories, symlinks and FIFOs under ``tmp_path``; plus the pack wiring (names as in
-the README, categories, the catalogue)."""
+docs/packs.md, categories, the catalogue)."""
 
 from __future__ import annotations
 
