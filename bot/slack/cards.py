@@ -1,6 +1,6 @@
 """Approval cards: the card of a pending call, its reminder, and the card once decided.
 
-Pure functions of the approval record (``bot.store.approvals.ApprovalRecord``) returning a
+Pure functions of the approval record (``bot.records.ApprovalRecord``) returning a
 :class:`~bot.slack.blockkit.Message`. Text from people, the model or tools is escaped
 (``bot.slack.blockkit``), so a reason or an argument can never form a mention or a link.
 The buttons' action ids are ``bot.slack.blocks``'.
@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Literal
 
-from bot.records import ApprovalRecord, CardReply
+from bot.records import ApprovalRecord, CardReply, Outcome
 from bot.slack.blockkit import (
     MAX_HEADER,
     MAX_SECTION,
@@ -34,8 +33,6 @@ from bot.slack.blockkit import (
     section_block,
 )
 from bot.slack.blocks import ACTION_APPROVE, ACTION_DENY
-
-Outcome = Literal["approved", "denied", "expired", "cancelled"]
 
 CARD_TITLE_BLOCK = "opsloop_card_title"
 CARD_ACTIONS_BLOCK = "opsloop_card_actions"

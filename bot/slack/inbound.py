@@ -36,7 +36,7 @@ MAX_LOC_PARTS = 8
 
 CHANNEL_ID = r"[A-Z0-9]{1,64}"
 SLACK_TS = r"[0-9]{1,20}\.[0-9]{1,20}"
-JOB_ID = rf"{CHANNEL_ID}:{SLACK_TS}:j[0-9]{{1,9}}"  # bot.store.keys.Thread.job_id
+JOB_ID = rf"{CHANNEL_ID}:{SLACK_TS}:j[0-9]{{1,9}}"  # bot.records.Thread.job_id
 
 ChannelId = Annotated[StrictStr, Field(pattern=rf"^{CHANNEL_ID}$", max_length=MAX_ID)]
 SlackTs = Annotated[StrictStr, Field(pattern=rf"^{SLACK_TS}$", max_length=MAX_TS)]

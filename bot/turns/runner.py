@@ -131,7 +131,7 @@ class Turns:
     consumer: str = field(default_factory=process_name)
     # How jobs show themselves in their threads (the Slack edge); None: headless.
     notifier: Notifier | None = None
-    # OpenTelemetry traces of the runs (``bot.turns.otel``); None: off.
+    # OpenTelemetry traces of the runs (``bot.otel``); None: off.
     tracing: Tracing | None = None
     # What model calls cost (``bot.llm.prices``, loaded once per process); None: tokens only.
     pricing: Pricing | None = None
