@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from bot.agent.redact import redact_secrets, redact_secrets_in_turns
 from bot.scrub import Scrubber
-from bot.slack.blocks import Progress, ToolLine, status_message
+from bot.slack.status_blocks import Progress, ToolLine, status_message
 
 CLEAN = (
     "2026-11-30T06:04:27Z INFO nginx[123]: 10.0.0.7 GET https://api.example.com/v1/orders"

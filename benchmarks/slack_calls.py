@@ -44,7 +44,7 @@ from bot.agent.state import RunResult, RunState, StopReason
 from bot.agent.testing import FakeClock
 from bot.emulator.slack import TEAM_ID, FakeSlack
 from bot.slack.progress import JobProgress, budget_sender
-from bot.slack.tasks import TASK_CARDS
+from bot.slack.task_cards import TASK_CARDS
 from bot.slack.updates import TIER3_PER_MINUTE, UpdateBudget
 from bot.store.jobs import JobLimits, JobRecord
 

@@ -25,7 +25,7 @@
     │       └── Misconfigured  tools/mcp/load.py: cannot start as configured; not retried
     ├── CondenseError          the history could not be condensed; the loop carries on
     │   └── NothingToCondense  no prefix is worth replacing
-    ├── ServiceError           bot/dev/service.py: the demo service could not be started,
+    ├── ServiceError           bot/dev/demo_service.py: the demo service could not be started,
     │                          stopped or reached
     └── ModelError             the model API failed; the agent's recovery decides by subclass
         ├── ModelUnavailableError   transient (timeout, 429, 5xx, connection) after the

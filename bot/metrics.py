@@ -13,7 +13,7 @@ Who feeds them: the Slack edge's job reporter (``bot.slack.notifier``: jobs, mod
 calls, tools), its transports (``bot.slack.http``, ``bot.slack.socket``: ack time and the
 scrape), and ``watch_loop`` (loop lag), started by the composition root
 (``bot.service``), which also hands ``watch_jobs`` the process's job counts
-(``bot.turns.tasks``). Nothing here knows Slack or Redis.
+(``bot.turns.background``). Nothing here knows Slack or Redis.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class Metrics:
         self.redis_up = Gauge(
             "opsloop_redis_up", "1 when Redis answered this scrape", registry=self.registry
         )
-        # Admission control (``bot.turns.tasks``): read from the process at each scrape.
+        # Admission control (``bot.turns.background``): read from the process at each scrape.
         self.running_jobs = Gauge(
             "opsloop_running_jobs",
             "Jobs this process runs now (at most its limit, plus a small reserve for resumes)",

@@ -59,7 +59,7 @@ from bot.slack.notifier import SlackNotifier
 from bot.slack.policy import ApproverPolicy
 from bot.slack.progress import budget_sender
 from bot.slack.redelivery import deliver_ending
-from bot.slack.tasks import TASK_CARDS
+from bot.slack.task_cards import TASK_CARDS
 from bot.slack.updates import UpdateBudget
 from bot.store.audit import AuditLog
 from bot.store.connection import RedisTarget, connect, durability
@@ -67,10 +67,10 @@ from bot.store.jobs import JobLimits
 from bot.store.keys import Keys
 from bot.store.replicas import Replication
 from bot.turns.audit import AuditPublisher
+from bot.turns.background import Tasks
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import Scanner
 from bot.turns.spend import WorkspaceSpend, daily_caps, job_admission
-from bot.turns.tasks import Tasks
 from tools.packs import PackConfig
 from tools.registry import Catalog, open_catalog
 
@@ -267,7 +267,7 @@ class Service:
             budget=budget,
             turns=turns,
             policy=policy,
-            schedule=tasks.resume,  # a click resumes a job under way (bot.turns.tasks)
+            schedule=tasks.resume,  # a click resumes a job under way (bot.turns.background)
             background=tasks.spawn,
             approval_channel=bot.approval_channel,
             caps=caps,
@@ -340,7 +340,7 @@ class Service:
         )
 
     async def close(self) -> None:
-        """Shut down (SIGTERM, a deploy): drain the jobs (``bot.turns.tasks``), then close
+        """Shut down (SIGTERM, a deploy): drain the jobs (``bot.turns.background``), then close
         every client."""
         await self.tasks.close()
         if self.turns.audit is not None:  # the entries the last jobs staged

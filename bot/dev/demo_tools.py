@@ -1,9 +1,9 @@
 """The demo tools of ``opsloop dev``: a tools.yml whose four tools act on the real "web".
 
     web_health    read-only  http     GET http://127.0.0.1:PORT/health: status and latency
-    web_metrics   read-only  command  python -m bot.dev.service metrics --dir STATE_DIR
+    web_metrics   read-only  command  python -m bot.dev.demo_service metrics --dir STATE_DIR
     web_logs      read-only  command  tail -n LINES STATE_DIR/web.log
-    web_restart   mutating   command  python -m bot.dev.service restart --dir STATE_DIR
+    web_restart   mutating   command  python -m bot.dev.demo_service restart --dir STATE_DIR
 
 The http tool reaches 127.0.0.1 only when ``OPSLOOP_HTTP_ALLOW`` allows it (``opsloop dev``
 sets it). ``web_metrics`` prints the metrics' one-line summary first (what a step's card
@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from bot.dev.service import LOGFILE, MODULE, child_env
+from bot.dev.demo_service import LOGFILE, MODULE, child_env
 
 TOOL_NAMES = ("web_health", "web_metrics", "web_logs", "web_restart")
 TOOLS_FILE = "tools.yml"

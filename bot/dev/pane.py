@@ -29,7 +29,7 @@ MAX_PANE_MESSAGES = 200
 
 
 class Workspace(Protocol):
-    """What the pane needs of the emulator (``bot.dev.emulator.Emulator``)."""
+    """What the pane needs of the emulator (``bot.dev.workspace.Emulator``)."""
 
     channel_id: str
     pane: AssistantState

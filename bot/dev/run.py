@@ -5,12 +5,12 @@ by the pid it started:
 
 1. Redis: ``REDIS_URL`` if set, else a managed ``redis-server`` child (AOF always) with
    its data under the dev folder;
-2. the demo service "web" (``bot.dev.service``), which degrades on a timer, and a
+2. the demo service "web" (``bot.dev.demo_service``), which degrades on a timer, and a
    tools.yml whose tools check it and restart it (``bot.dev.demo_tools``), unless
    ``OPSLOOP_TOOLS`` names your own;
 3. the model: the configured ``LLM_*`` endpoint, else the scripted demo model
    (``bot.dev.demo_model``) on a loopback port, labelled "demo model" on the page;
-4. the Slack emulator and its page (``bot.dev.emulator``), on ``--port`` (3000) or,
+4. the Slack emulator and its page (``bot.dev.workspace``), on ``--port`` (3000) or,
    when that is taken, a free port (said so);
 5. ``opsloop serve`` as a child process on a free loopback port, pointed at the
    emulator (``SLACK_API_URL``) with a fresh signing secret; the emulator delivers
@@ -75,8 +75,8 @@ class DevStack:
     managed_redis_url: str = ""  # the managed redis-server's address, when it is ours
 
     async def start(self) -> None:
-        from bot.dev.emulator import Emulator
         from bot.dev.people import APPROVERS, DEV_USERS
+        from bot.dev.workspace import Emulator
         from bot.emulator.redis_server import ManagedRedis
 
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -92,8 +92,8 @@ class DevStack:
         if self.environ.get("OPSLOOP_TOOLS"):
             env["OPSLOOP_TOOLS"] = self.environ["OPSLOOP_TOOLS"]
         else:
+            from bot.dev.demo_service import start_service, stop_service
             from bot.dev.demo_tools import write_tools_file
-            from bot.dev.service import start_service, stop_service
 
             service_port = free_port()
             await asyncio.to_thread(start_service, self.folder, service_port, self.degrade_after_s)

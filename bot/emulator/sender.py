@@ -1,6 +1,6 @@
 """Slack's direction towards the bot: Events API and ``block_actions`` payloads, signed, sent.
 
-The one place Slack's requests are built and signed: the dev emulator (``bot.dev.emulator``)
+The one place Slack's requests are built and signed: the dev emulator (``bot.dev.workspace``)
 sends with it (:func:`deliver_event`, :func:`post_signed`), the end-to-end harness
 (``tests/e2e/harness.py``) builds and signs with it and posts through its own client (a test
 must be able to send exactly the headers it gives, none included). It owns what is sent and

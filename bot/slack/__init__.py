@@ -3,7 +3,7 @@
 ``app.py`` (the bolt app, the message listeners: the ack path), ``context.py`` (a
 thread's messages rendered as the context a new job reads first), ``actions.py`` (the
 buttons), ``notifier.py`` (how a job shows itself: ``bot.turns.ports.Notifier``),
-``progress.py`` / ``streaming.py`` / ``answers.py`` / ``blocks.py`` / ``blockkit.py`` /
+``progress.py`` / ``streaming.py`` / ``answers.py`` / ``status_blocks.py`` / ``blockkit.py`` /
 ``updates.py`` (rendering and paced edits), ``policy.py`` (who may click), ``gate.py`` and
 ``inbound.py`` (what is let in), ``identity.py`` (auth.test), ``client.py`` (the
 scrubbing Web API client), ``http.py`` (``opsloop serve``) and ``socket.py`` (``opsloop

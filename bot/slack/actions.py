@@ -32,10 +32,10 @@ from bot.errors import StoreError
 from bot.records import ApprovalRecord, JobRecord, Thread
 from bot.slack.assistant import card_place
 from bot.slack.blockkit import Message, mention
-from bot.slack.blocks import ending_message
 from bot.slack.cards import approval_card, decided_card, reminder_message
 from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
+from bot.slack.status_blocks import ending_message
 from bot.slack.updates import UpdateBudget
 from bot.turns.controls import UNKNOWN_CARD, Accepted, Refused, Verdict
 from bot.turns.runner import Turns

@@ -39,10 +39,10 @@ from bot.metrics import Metrics
 from bot.records import Thread
 from bot.slack import admission, assistant, feedback, home, outputs, shortcut
 from bot.slack.actions import Interactions
-from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
 from bot.slack.context import Own, thread_context
 from bot.slack.identity import BotIdentity
 from bot.slack.names import Names
+from bot.slack.status_blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
 from bot.turns import admission as gate
 from bot.turns.admission import JobAdmission
 from bot.turns.context import ContextWindow

@@ -8,7 +8,7 @@ Limits (PLATFORM.md): 50 blocks, message text 40,000, section text 3,000, header
 text 75, ``markdown`` block 12,000. Slack in practice also caps *all* ``markdown`` blocks of one
 message together near 12,000 (``msg_blocks_too_long``, slackapi/bolt-js#2509).
 
-The messages themselves are built elsewhere: ``bot.slack.blocks`` (status, endings, approval
+The messages themselves are built elsewhere: ``bot.slack.status_blocks`` (status, endings, approval
 cards) and ``bot.slack.answers`` (the model's answer).
 """
 

@@ -3,7 +3,7 @@
 Pure functions of the approval record (``bot.records.ApprovalRecord``) returning a
 :class:`~bot.slack.blockkit.Message`. Text from people, the model or tools is escaped
 (``bot.slack.blockkit``), so a reason or an argument can never form a mention or a link.
-The buttons' action ids are ``bot.slack.blocks``'.
+The buttons' action ids are ``bot.slack.status_blocks``'.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from bot.slack.blockkit import (
     plural,
     section_block,
 )
-from bot.slack.blocks import ACTION_APPROVE, ACTION_DENY
+from bot.slack.status_blocks import ACTION_APPROVE, ACTION_DENY
 
 CARD_TITLE_BLOCK = "opsloop_card_title"
 CARD_ACTIONS_BLOCK = "opsloop_card_actions"

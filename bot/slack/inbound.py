@@ -10,7 +10,7 @@ Two levels, checked in this order by ``bot.slack.gate`` once the signature holds
 * **Our listeners' fields** (``listener_problem``): for ``app_mention`` and ``message``
   events the fields ``Messages.on_mention`` / ``on_message`` read (ids as strings,
   ``ts`` shaped like Slack's, since it becomes a Redis key and is compared as a number);
-  for clicks on our buttons (``bot.slack.blocks``' action ids) the clicker, the
+  for clicks on our buttons (``bot.slack.status_blocks``' action ids) the clicker, the
   container and the button's value (Approve/Deny: ``job_id|call_id``; Stop/Continue: a
   job id, ``C123:1700000000.000100:j3``), which ``bot.slack.actions`` splits and looks up.
 
@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
 
-from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
+from bot.slack.status_blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
 
 MAX_ID = 64  # Slack ids are ~11 upper-case alphanumerics; room to spare
 MAX_TS = 32  # "1700000000.000100"

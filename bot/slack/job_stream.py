@@ -22,7 +22,7 @@ from bot.slack.streaming import (
     Pacing,
     error_code,
 )
-from bot.slack.tasks import (
+from bot.slack.task_cards import (
     CHUNK_REFUSALS,
     DISPLAY_MODES,
     PLAN_DONE,
@@ -54,7 +54,7 @@ class JobStream(PacedWorker):
     paced ``chat.appendStream`` with the chunks not sent yet, ``chat.stopStream``) →
     ``update`` (the stream expired or refused an append: its ``ts`` is edited through the
     budget with the timeline as Markdown), or ``off``. A ``chat.startStream`` Slack refuses
-    turns :data:`~bot.slack.tasks.TASK_CARDS` off for the process (logged once: later jobs
+    turns :data:`~bot.slack.task_cards.TASK_CARDS` off for the process (logged once: later jobs
     stream as before) and this run shows its steps in a plain message it edits.
     """
 

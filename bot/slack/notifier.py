@@ -24,11 +24,11 @@ from bot.agent.state import StopReason
 from bot.metrics import Metrics
 from bot.records import ApprovalRecord, JobRecord, LedgerRecord, Thread
 from bot.slack.assistant import card_channel, post_card_elsewhere
-from bot.slack.blocks import ACTION_STOP
 from bot.slack.cards import approval_card
 from bot.slack.identity import BotIdentity
 from bot.slack.names import Names
 from bot.slack.progress import JobProgress
+from bot.slack.status_blocks import ACTION_STOP
 from bot.slack.updates import UpdateBudget
 
 log = logging.getLogger(__name__)

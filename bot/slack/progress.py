@@ -70,14 +70,14 @@ from bot.otel.meta import trace_id_of
 from bot.records import JobRecord
 from bot.slack.answers import answer_messages
 from bot.slack.blockkit import Message
-from bot.slack.blocks import Progress, ToolLine, ending_message, with_narration
-from bot.slack.blocks import status_message as status_blocks
 from bot.slack.files import ANSWER_FILE_AFTER, ANSWER_FILENAME, post_file, summary
 from bot.slack.job_stream import JobStream
 from bot.slack.names import Names
 from bot.slack.outputs import CUT_AFTER, with_output_buttons
+from bot.slack.status_blocks import Progress, ToolLine, ending_message, with_narration
+from bot.slack.status_blocks import status_message as status_blocks
 from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
-from bot.slack.tasks import DISPLAY_MODES, TASK_CARDS, task_title
+from bot.slack.task_cards import DISPLAY_MODES, TASK_CARDS, task_title
 from bot.slack.updates import RateLimited, UpdateBudget
 
 log = logging.getLogger(__name__)

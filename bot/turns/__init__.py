@@ -4,5 +4,5 @@
 edge asks of them), ``context.py`` (when a new job reads its thread's earlier messages
 first, and which), ``controls.py`` (Approve/Deny judged, Stop, Continue), ``ports.py``
 (the ``Notifier`` the edge implements for it), ``scanner.py`` (the one periodic loop),
-``tasks.py`` (this process's background jobs and the drain). Nothing here imports Slack.
+``background.py`` (this process's background jobs and the drain). Nothing here imports Slack.
 """

@@ -144,7 +144,7 @@ class Turns:
     # How many replicas an acknowledged write waits for (OPSLOOP_REDIS_MIN_REPLICAS).
     replication: Replication = NO_REPLICATION
     # Told a job's run is over (ended, paused, handed over or failed) before its ending
-    # is shown in Slack, which may wait on the chat.update budget (``bot.turns.tasks``:
+    # is shown in Slack, which may wait on the chat.update budget (``bot.turns.background``:
     # the job's slot frees then).
     on_run_end: Callable[[str], None] | None = None
 

@@ -9,7 +9,7 @@ workspace-wide index (``Jobs.due``) and at approvals past their expiry
 - approvals past their reminder time (``Approvals.take_reminders``, each taken by one
   process): recall the still pending card once in its thread.
 - ``queued``: (re)schedule it; the thread's lease decides who runs it. A process at its
-  limit of running jobs (``bot.turns.tasks``) leaves it queued: its next look is then
+  limit of running jobs (``bot.turns.background``) leaves it queued: its next look is then
   just past this scan, so the next scan of any process with room takes it (a process
   that is full skips the jobs it already left waiting, with one command per page).
 - ``running`` with no lease: its process died; resume it (from its last step; a

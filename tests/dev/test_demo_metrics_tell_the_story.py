@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.dev import service
+from bot.dev import demo_service as service
 from bot.dev.demo_model import demo_policy
-from bot.dev.service import WebState, summary_line
+from bot.dev.demo_service import WebState, summary_line
 from bot.emulator.scripted import ScriptedRequest
 
 from .test_demo_model import HEALTH_BAD, TOOLS, Conversation

@@ -35,7 +35,7 @@ from bot.agent import (
     UserMessage,
     run,
 )
-from bot.dev import service
+from bot.dev import demo_service as service
 from bot.dev.demo_model import demo_policy, restart_intent
 from bot.dev.demo_tools import TOOL_NAMES, write_tools_file
 from bot.emulator.model_server import ScriptedServer

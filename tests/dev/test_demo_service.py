@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from bot.dev import service
+from bot.dev import demo_service as service
 from bot.dev.demo_tools import TOOL_NAMES, write_tools_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def leftovers(state_dir: Path) -> list[int]:
-    """Live ``bot.dev.service`` processes naming ``state_dir`` (zombies are not alive)."""
+    """Live ``bot.dev.demo_service`` processes naming ``state_dir`` (zombies are not alive)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -165,7 +165,9 @@ def test_restart_replaces_the_process_and_it_is_healthy_again(state_dir: Path) -
     wait_degraded(port)
     set_healthy_for(state_dir, 60)
 
-    done = run_module("bot.dev.service", "restart", "--dir", str(state_dir), "--approved-by=U1")
+    done = run_module(
+        "bot.dev.demo_service", "restart", "--dir", str(state_dir), "--approved-by=U1"
+    )
 
     assert done.returncode == 0, done.stderr
     new = service.read_pid(state_dir)
@@ -179,11 +181,11 @@ def test_restart_replaces_the_process_and_it_is_healthy_again(state_dir: Path) -
     status, _, seconds = get(port, "/health")
     assert status == 200 and seconds < 1.0
     # A second restart replaces a process that is not our child at all.
-    again = run_module("bot.dev.service", "restart", "--dir", str(state_dir))
+    again = run_module("bot.dev.demo_service", "restart", "--dir", str(state_dir))
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"restarted web: pid {new} → ")
     assert not service.alive(new)
-    status_cmd = run_module("bot.dev.service", "status", "--dir", str(state_dir))
+    status_cmd = run_module("bot.dev.demo_service", "status", "--dir", str(state_dir))
     assert status_cmd.returncode == 0
     assert f"web: pid {service.read_pid(state_dir)}, up " in status_cmd.stdout
     assert ", healthy, " in status_cmd.stdout
@@ -191,7 +193,7 @@ def test_restart_replaces_the_process_and_it_is_healthy_again(state_dir: Path) -
 
 def test_stop_service_leaves_no_process(state_dir: Path) -> None:
     first = service.start_service(state_dir, 0, healthy_for=30)
-    done = run_module("bot.dev.service", "restart", "--dir", str(state_dir))
+    done = run_module("bot.dev.demo_service", "restart", "--dir", str(state_dir))
     assert done.returncode == 0, done.stderr
     second = service.read_pid(state_dir)
     assert second is not None and leftovers(state_dir) == [second]
@@ -203,7 +205,7 @@ def test_stop_service_leaves_no_process(state_dir: Path) -> None:
     assert leftovers(state_dir) == []
     assert not (state_dir / service.PIDFILE).exists()
     service.stop_service(state_dir)  # idempotent
-    status = run_module("bot.dev.service", "status", "--dir", str(state_dir))
+    status = run_module("bot.dev.demo_service", "status", "--dir", str(state_dir))
     assert (status.returncode, status.stdout) == (1, "web: not running\n")
 
 
@@ -223,7 +225,7 @@ def test_pidfile_guard_never_signals_a_process_that_is_not_ours(
             assert service.alive(other)
             assert not (state_dir / service.PIDFILE).exists()  # stale: removed
         (state_dir / service.PIDFILE).write_text(f"{stranger.pid}\n")
-        done = run_module("bot.dev.service", "restart", "--dir", str(state_dir))
+        done = run_module("bot.dev.demo_service", "restart", "--dir", str(state_dir))
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("web was not running: started pid ")
         assert stranger.poll() is None

@@ -12,8 +12,8 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.dev.emulator import Emulator
 from bot.dev.people import APPROVERS, DEV_USERS
+from bot.dev.workspace import Emulator
 
 SECRET = "dev-people-secret"
 

@@ -30,9 +30,9 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-import bot.dev.emulator as emulator_module
 import bot.dev.page as page_module
-from bot.dev.emulator import (
+import bot.dev.workspace as emulator_module
+from bot.dev.workspace import (
     ACK_TIMEOUT_S,
     MAX_RETRIES,
     NO_ANSWER,

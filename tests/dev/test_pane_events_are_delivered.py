@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from bot.dev.emulator import Emulator
 from bot.dev.pane import DevPane
+from bot.dev.workspace import Emulator
 from bot.emulator.sender import MAX_RETRIES, Delivery, Sent, deliver_event
 from tests.dev.test_emulator import SECRET, USERS, Received, RecordingBot
 

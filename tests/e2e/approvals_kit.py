@@ -18,7 +18,7 @@ from bot.emulator.recording_tools import runs, tool_processes
 from bot.emulator.recording_tools import tools_yml as tools_yml  # the tests import it from here
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.slack import BOT_USER_ID, FakeSlack, Message
-from bot.slack.blocks import ACTION_STOP
+from bot.slack.status_blocks import ACTION_STOP
 from bot.store.keys import Keys, Thread, thread_of
 
 from .harness import BotProcess, block_actions_body, click_body, find_button

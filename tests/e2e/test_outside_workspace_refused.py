@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bot.emulator.scripted import Reply, ScriptedRequest
 from bot.emulator.slack import FakeSlack, Message
-from bot.slack.blocks import ACTION_STOP
+from bot.slack.status_blocks import ACTION_STOP
 
 from .approvals_kit import answered, call_then_answer, runs, tools_yml, wait_card, wait_status
 from .conftest import StartBot

@@ -16,7 +16,7 @@ import pytest
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.slack import FakeSlack
-from bot.slack.blocks import ACTION_STOP
+from bot.slack.status_blocks import ACTION_STOP
 from bot.store.keys import Keys
 
 from .approvals_kit import (

@@ -12,7 +12,7 @@ import pytest
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Policy, Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.slack import FakeSlack
-from bot.slack.blocks import ACTION_CONTINUE, ACTION_STOP
+from bot.slack.status_blocks import ACTION_CONTINUE, ACTION_STOP
 
 from .approvals_kit import (
     call_then_answer,

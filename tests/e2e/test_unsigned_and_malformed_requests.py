@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Reply
 from bot.emulator.slack import FakeSlack
-from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_STOP
+from bot.slack.status_blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_STOP
 from bot.store.keys import DEFAULT_PREFIX, Keys
 
 from .approvals_kit import wait_until

@@ -13,7 +13,7 @@ from bot.agent.ports import WORKSPACE_CAP
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.slack import FakeSlack
-from bot.slack.blocks import ACTION_CONTINUE
+from bot.slack.status_blocks import ACTION_CONTINUE
 
 from .approvals_kit import first_job, has_button, job_hash, texts, tools_yml, wait_status
 from .conftest import StartBot

@@ -21,7 +21,8 @@ from bot.slack.blockkit import (
     unescape,
     validate,
 )
-from bot.slack.blocks import (
+from bot.slack.cards import approval_card, decided_card
+from bot.slack.status_blocks import (
     ACTION_APPROVE,
     ACTION_CONTINUE,
     ACTION_DENY,
@@ -31,7 +32,6 @@ from bot.slack.blocks import (
     ending_message,
     status_message,
 )
-from bot.slack.cards import approval_card, decided_card
 from bot.store.approvals import ApprovalRecord
 
 EXPIRES = datetime(2025, 3, 1, 14, 5, tzinfo=UTC).timestamp()

@@ -10,7 +10,7 @@ import pytest
 from bot.agent import StopReason
 from bot.agent.ports import WORKSPACE_CAP
 from bot.slack.blockkit import Message, validate
-from bot.slack.blocks import ending_message
+from bot.slack.status_blocks import ending_message
 
 JOB = "C1:1700000000.000100:j2"
 

@@ -4,7 +4,7 @@ job id ``opsloop trace`` takes; an untraced job's job line is as it was."""
 from __future__ import annotations
 
 from bot.agent import StopReason
-from bot.slack.blocks import ending_message
+from bot.slack.status_blocks import ending_message
 
 JOB = "C1:1700000000.000100:j2"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

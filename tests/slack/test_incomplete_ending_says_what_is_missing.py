@@ -7,7 +7,7 @@ from __future__ import annotations
 from bot.agent.state import StopReason
 from bot.agent.work_done import NOT_VERIFIED
 from bot.slack.blockkit import validate
-from bot.slack.blocks import ending_message
+from bot.slack.status_blocks import ending_message
 
 
 def incomplete(error: str | None) -> str:

@@ -29,8 +29,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.emulator.slack import BOT_USER_ID, FakeSlack
 from bot.errors import StoreError
 from bot.slack.app import HUMAN_SUBTYPES
-from bot.slack.blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
 from bot.slack.gate import Admitted, Gate, acknowledged, inspect, listener_failure, parse
+from bot.slack.status_blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
 from bot.store.keys import Thread, thread_of
 from bot.turns.context import ContextWindow
 from tests.e2e.harness import (

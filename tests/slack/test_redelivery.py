@@ -13,9 +13,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.state import RunState, Usage
 from bot.emulator.slack import BOT_USER_ID, FakeSlack
 from bot.slack.answers import answer_messages
-from bot.slack.blocks import Progress, status_message
 from bot.slack.names import Names
 from bot.slack.redelivery import deliver_ending
+from bot.slack.status_blocks import Progress, status_message
 from bot.store.jobs import JobLimits, JobRecord, JobStatus, new_job
 from bot.store.keys import Thread
 

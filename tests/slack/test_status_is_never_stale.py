@@ -16,8 +16,8 @@ from bot.agent.messages import Usage
 from bot.agent.state import RunResult, RunState, StopReason
 from bot.agent.testing import FakeClock
 from bot.emulator.slack import FakeSlack
-from bot.slack.blocks import ending_message
 from bot.slack.progress import JobProgress, budget_sender
+from bot.slack.status_blocks import ending_message
 from bot.slack.updates import UpdateBudget
 from bot.store.jobs import JobLimits, JobRecord
 

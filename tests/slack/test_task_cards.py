@@ -34,7 +34,7 @@ from bot.emulator.slack import BOT_ID, TEAM_ID, FakeSlack
 from bot.emulator.slack_chunks import tasks_of
 from bot.slack.names import Names
 from bot.slack.progress import JobProgress, budget_sender
-from bot.slack.tasks import TASK_CARDS, Timeline, task_chunk
+from bot.slack.task_cards import TASK_CARDS, Timeline, task_chunk
 from bot.slack.updates import UpdateBudget
 from bot.store.jobs import JobLimits, JobRecord, JobStatus
 

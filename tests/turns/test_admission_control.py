@@ -1,4 +1,4 @@
-"""Admission control (``bot.turns.tasks``): a process runs at most its limit of jobs at
+"""Admission control (``bot.turns.background``): a process runs at most its limit of jobs at
 once; past it a new job stays ``queued`` in Redis — no task, no read, no lease — for any
 process with room, and the process takes it itself when one of its jobs ends. Resumes (a
 decision, a Continue, a takeover) may use a small reserve above the limit and go before
@@ -23,9 +23,9 @@ from bot.metrics import Metrics
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobRecord, JobStatus
 from bot.store.keys import Keys, Thread, job_bucket
+from bot.turns.background import Tasks
 from bot.turns.runner import Turns, TurnSettings
 from bot.turns.scanner import DUE_PAGE, Scanner
-from bot.turns.tasks import Tasks
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
 

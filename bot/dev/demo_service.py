@@ -1,9 +1,9 @@
 """The demo service "web" of ``opsloop dev``: a small local HTTP service that degrades.
 
-    python -m bot.dev.service serve --port N --dir STATE_DIR [--healthy-for 20]
-    python -m bot.dev.service restart --dir STATE_DIR [--approved-by U…]
-    python -m bot.dev.service metrics --dir STATE_DIR
-    python -m bot.dev.service status --dir STATE_DIR
+    python -m bot.dev.demo_service serve --port N --dir STATE_DIR [--healthy-for 20]
+    python -m bot.dev.demo_service restart --dir STATE_DIR [--approved-by U…]
+    python -m bot.dev.demo_service metrics --dir STATE_DIR
+    python -m bot.dev.demo_service status --dir STATE_DIR
 
 ``serve`` answers ``GET /`` (a line of text), ``GET /health`` and ``GET /metrics`` (JSON)
 on 127.0.0.1. It is healthy for ``--healthy-for`` seconds, then degraded until it stops:
@@ -20,7 +20,7 @@ STATE_DIR, and nothing anywhere else.
 :func:`summary_line` first, then the JSON; ``restart`` takes the approver from
 ``--approved-by`` or the ``OPSLOOP_CONFIRMED_BY`` a command tool gets), ``status`` is for
 people; ``start_service`` and ``stop_service`` are what ``opsloop dev`` calls. Before
-any signal, the pid in the pidfile must be a ``bot.dev.service serve`` process of the
+any signal, the pid in the pidfile must be a ``bot.dev.demo_service serve`` process of the
 same STATE_DIR (``/proc/PID/cmdline``): a stale pidfile naming someone else's process is
 ignored.
 """
@@ -51,7 +51,7 @@ from typing import Any
 from bot.errors import OpsloopError
 
 HOST = "127.0.0.1"
-MODULE = "bot.dev.service"
+MODULE = "bot.dev.demo_service"
 PIDFILE, ARGSFILE, LOGFILE, ERRFILE = "web.pid", "web.json", "web.log", "web.err"
 DEFAULT_HEALTHY_FOR_S = 20.0
 # A restarted process stays healthy at least this long, so the fix can be verified
@@ -397,7 +397,7 @@ def alive(pid: int) -> bool:
 
 
 def is_ours(pid: int, state_dir: Path) -> bool:
-    """``pid`` is a live ``bot.dev.service serve`` process of ``state_dir``."""
+    """``pid`` is a live ``bot.dev.demo_service serve`` process of ``state_dir``."""
     try:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
@@ -443,7 +443,7 @@ def _package_root() -> str:
 
 
 def child_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for ``python -m bot.dev.service``: this checkout's ``bot`` first."""
+    """The environment for ``python -m bot.dev.demo_service``: this checkout's ``bot`` first."""
     env = dict(os.environ if environ is None else environ)
     paths = [_package_root(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
