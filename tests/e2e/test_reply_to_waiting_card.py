@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bot.emulator.slack import FakeSlack
+from bot.emulator.slack import FakeSlack, Message
 
 from .approvals_kit import change_then_check, click, runs, tools_yml, wait_card
 from .conftest import StartBot
@@ -109,6 +109,21 @@ async def test_a_reply_is_shown_on_the_card_with_eyes_before_the_click(
     assert "Approve" not in str([b for b in decided.blocks or [] if b["type"] == "actions"])
 
 
+async def approve_on(
+    serve: BotProcess,
+    slack: FakeSlack,
+    model: ScriptedModel,
+    card: Message,
+    log: Path,
+    said: dict[str, Any],
+) -> None:
+    """bob approves on ``serve``: the restart runs once, and the model is told the order."""
+    assert await click(serve, slack, card, "UAPPROVER1", "Approve") == 200
+    await slack.wait_for(lambda: any(r.tool_results() >= 2 for r in model.requests), timeout=30)
+    assert len(runs(log, tool="restart_service")) == 1
+    assert_true_order(request_after_the_decision(model), said["ts"])
+
+
 async def test_a_reply_on_one_process_reaches_the_card_and_click_of_another(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
@@ -122,10 +137,7 @@ async def test_a_reply_on_one_process_reaches_the_card_and_click_of_another(
 
     said = await reply_while_waiting(slack, a, event["ts"], card.ts)
 
-    assert await click(b, slack, card, "UAPPROVER1", "Approve") == 200
-    await slack.wait_for(lambda: any(r.tool_results() >= 2 for r in model.requests), timeout=30)
-    assert len(runs(log, tool="restart_service")) == 1
-    assert_true_order(request_after_the_decision(model), said["ts"])
+    await approve_on(b, slack, model, card, log, said)
 
 
 async def test_the_reply_survives_the_death_of_the_process_that_heard_it(
@@ -141,7 +153,4 @@ async def test_the_reply_survives_the_death_of_the_process_that_heard_it(
     said = await reply_while_waiting(slack, a, event["ts"], card.ts)
 
     await a.kill()  # SIGKILL: nothing of A's memory survives
-    assert await click(b, slack, card, "UAPPROVER1", "Approve") == 200
-    await slack.wait_for(lambda: any(r.tool_results() >= 2 for r in model.requests), timeout=30)
-    assert len(runs(log, tool="restart_service")) == 1
-    assert_true_order(request_after_the_decision(model), said["ts"])
+    await approve_on(b, slack, model, card, log, said)
