@@ -11,9 +11,10 @@ Templating (docs/tools.md, "tools.yml"):
 - ``body``: JSON; a string that is exactly ``{name}`` becomes the typed value (an integer
   stays an integer), other strings are templated as text. ``HEAD`` sends no body.
 
-Sending (``HttpFetcher``, shared by every http tool and the ``http`` pack): one
-``httpx.AsyncClient`` over ``PolicyTransport``; redirects followed by hand, at most 5,
-each hop checked by the policy before it is sent; the body streamed and cut at 1 MiB.
+Sending (``HttpFetcher``, shared by every http tool): one client from
+``tools.http_client`` (over ``PolicyTransport``); redirects followed by hand
+(``follow_redirects``), at most 5, each hop checked by the policy before it is sent; the
+body streamed and cut at 1 MiB.
 Any HTTP status is an observation (a 500 is a result); refusals, connection failures and
 timeouts are ``ToolError``. A destructive tool's dry run sends nothing: it shows the
 request it would send.
@@ -22,14 +23,11 @@ request it would send.
 from __future__ import annotations
 
 import asyncio
-import codecs
-import email.message
 import json
-import ssl
 import string
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -40,13 +38,21 @@ from pydantic import BaseModel
 from bot.agent.tools import CallContext
 from bot.errors import ToolError
 from tools.declared import DeclaredTool
-from tools.netpolicy import AddressPolicy, PolicyTransport
+from tools.http_client import (
+    Hop,
+    PolicyClient,
+    RedirectStopped,
+    decode_body,
+    follow_redirects,
+    host_port,
+    peer_ssl_object,
+)
+from tools.http_client import make_client as make_client
+from tools.netpolicy import AddressPolicy, Target
 from tools.spec import HttpToolSpec
 
 MAX_BODY_BYTES = 1 << 20
 MAX_REDIRECTS = 5
-USER_AGENT = "opsloop"
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 _FORMATTER = string.Formatter()
 
@@ -176,85 +182,35 @@ class Fetched:
         return decode_body(self.body, self.headers.get("content-type"))
 
 
-def decode_body(body: bytes, content_type: str | None) -> str:
-    charset = "utf-8"
-    if content_type:
-        message = email.message.Message()
-        message["content-type"] = content_type
-        declared = message.get_content_charset()
-        if declared:
-            try:
-                charset = codecs.lookup(declared).name
-            except LookupError:
-                pass
-    return body.decode(charset, errors="replace")
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What one hop sends."""
 
+    method: str
+    headers: dict[str, str]
+    body: Any
 
-def make_client(
-    policy: AddressPolicy, *, verify: ssl.SSLContext | bool = True
-) -> httpx.AsyncClient:
-    """A client that reaches only what ``policy`` allows, at connect time too.
-
-    No redirects (the fetcher follows them, re-checking each), no environment
-    (proxies and .netrc would bypass or widen the policy), no compression (a small
-    compressed body can expand far past the bound before it is counted).
-    """
-    return httpx.AsyncClient(
-        transport=PolicyTransport(policy, verify=verify),
-        follow_redirects=False,
-        trust_env=False,
-        headers={"user-agent": USER_AGENT, "accept-encoding": "identity"},
-    )
-
-
-class PolicyClient:
-    """An address policy and the client that sends under it: ``make_client(policy)``,
-    made on first use, or the client given. The base of ``HttpFetcher`` and of the
-    ``http`` pack's checker.
-
-    ``aclose`` closes the client it made, and a given one too when ``close_given``; a
-    use after it makes a fresh one.
-    """
-
-    def __init__(
-        self,
-        policy: AddressPolicy,
-        client: httpx.AsyncClient | None = None,
-        *,
-        close_given: bool = False,
-    ) -> None:
-        self.policy = policy
-        self._client = client
-        self._closes_client = close_given or client is None
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = make_client(self.policy)
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._closes_client and self._client is not None:
-            await self._client.aclose()
-            self._client = None
+    def redirected(self, hop: Hop) -> _Request:
+        """The request for where ``hop`` points, as browsers and httpx adapt it: a 303
+        (and a 301 or 302 after a POST) becomes a GET without body; credentials are not
+        sent to another origin."""
+        method, body = self.method, self.body
+        if (hop.status == 303 and method != "HEAD") or (
+            hop.status in (301, 302) and method == "POST"
+        ):
+            method, body = "GET", NO_BODY
+        headers = self.headers
+        if hop.url is not None and _origin(hop.url) != _origin(hop.source):
+            headers = {k: v for k, v in headers.items() if k.lower() not in _SENSITIVE_HEADERS}
+        return _Request(method, headers, body)
 
 
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return url.scheme, url.host, url.port
 
 
-def _redirected_method(method: str, status: int) -> tuple[str, bool]:
-    """(method, keep the body) for the next hop, as browsers and httpx do."""
-    if status == 303 and method != "HEAD":
-        return "GET", False
-    if status in (301, 302) and method == "POST":
-        return "GET", False
-    return method, True
-
-
 def _peer_certificate(response: httpx.Response) -> dict[str, Any] | None:
-    stream = response.extensions.get("network_stream")
-    ssl_object = stream.get_extra_info("ssl_object") if stream is not None else None
+    ssl_object = peer_ssl_object(response)
     if ssl_object is None:
         return None
     certificate = ssl_object.getpeercert()
@@ -273,8 +229,7 @@ def _failure(exc: Exception, method: str, url: httpx.URL, timeout: float) -> Too
         }.get(type(exc), "")
         return ToolError(f"timed out after {timeout:g}s{' ' + phase if phase else ''}: {target}")
     if isinstance(exc, httpx.ConnectError):
-        port = url.port or (443 if url.scheme == "https" else 80)
-        return ToolError(f"cannot connect to {url.host}:{port}: {str(exc) or 'no answer'}")
+        return ToolError(f"cannot connect to {host_port(url)}: {str(exc) or 'no answer'}")
     if isinstance(exc, httpx.InvalidURL):
         return ToolError(f"bad URL: {target}: {exc}")
     detail = str(exc) or type(exc).__name__
@@ -312,76 +267,59 @@ class HttpFetcher(PolicyClient):
         time_limit: float,
     ) -> Fetched:
         """One exchange, redirects followed; all of it within ``time_limit`` seconds."""
+        first = _Request(method, dict(headers or {}), json_body)
         try:
             async with asyncio.timeout(time_limit):
-                return await self._exchange(method, url, dict(headers or {}), json_body, time_limit)
+                return await self._exchange(url, first, time_limit)
         except TimeoutError:
             raise ToolError(f"timed out after {time_limit:g}s: {method} {url}") from None
 
-    async def _exchange(
-        self, method: str, url: str, headers: dict[str, str], body: Any, time_limit: float
-    ) -> Fetched:
+    async def _exchange(self, url: str, first: _Request, time_limit: float) -> Fetched:
         started = time.perf_counter()
-        redirects: list[str] = []
-        current: str | httpx.URL = url
-        while True:
+        request = first
+
+        async def send(target: Target, hops: Sequence[Hop]) -> httpx.Response:
+            nonlocal request
+            if hops:
+                request = request.redirected(hops[-1])
             try:
-                target = await self.policy.check(current)
-            except ToolError as exc:
-                if redirects:
-                    raise ToolError(f"{exc} (a redirect from {url})") from None
-                raise
-            try:
-                request = self.client.build_request(
-                    method,
+                built = self.client.build_request(
+                    request.method,
                     target.url,
-                    headers=headers,
-                    json=None if body is NO_BODY else body,
+                    headers=request.headers,
+                    json=None if request.body is NO_BODY else request.body,
                     timeout=time_limit,
                 )
-                response = await self.client.send(request, stream=True)
+                return await self.client.send(built, stream=True)
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                raise _failure(exc, method, target.url, time_limit) from None
-            try:
-                location = response.headers.get("location")
-                if response.status_code in REDIRECT_STATUSES and location:
-                    try:
-                        following = target.url.join(location)
-                    except httpx.InvalidURL as exc:
-                        raise ToolError(f"bad redirect Location {location!r}: {exc}") from None
-                    redirects.append(str(following))
-                    if len(redirects) > self.max_redirects:
-                        raise ToolError(
-                            f"more than {self.max_redirects} redirects from {url}; "
-                            f"the last pointed to {following}"
-                        )
-                    method, keep_body = _redirected_method(method, response.status_code)
-                    body = body if keep_body else NO_BODY
-                    if _origin(following) != _origin(target.url):
-                        headers = {
-                            k: v for k, v in headers.items() if k.lower() not in _SENSITIVE_HEADERS
-                        }
-                    current = following
-                    continue
-                content, truncated = (b"", False)
-                if method != "HEAD":
+                raise _failure(exc, request.method, target.url, time_limit) from None
+
+        async def answer(target: Target, response: httpx.Response, hops: Sequence[Hop]) -> Fetched:
+            content, truncated = (b"", False)
+            if request.method != "HEAD":
+                try:
                     content, truncated = await self._read(response)
-                return Fetched(
-                    method=method,
-                    url=str(target.url),
-                    status=response.status_code,
-                    reason=response.reason_phrase or _standard_reason(response.status_code),
-                    elapsed_ms=(time.perf_counter() - started) * 1000,
-                    headers=response.headers,
-                    body=content,
-                    truncated=truncated,
-                    redirects=tuple(redirects),
-                    peer_certificate=_peer_certificate(response),
-                )
-            except httpx.HTTPError as exc:
-                raise _failure(exc, method, target.url, time_limit) from None
-            finally:
-                await response.aclose()
+                except httpx.HTTPError as exc:
+                    raise _failure(exc, request.method, target.url, time_limit) from None
+            return Fetched(
+                method=request.method,
+                url=str(target.url),
+                status=response.status_code,
+                reason=response.reason_phrase or _standard_reason(response.status_code),
+                elapsed_ms=(time.perf_counter() - started) * 1000,
+                headers=response.headers,
+                body=content,
+                truncated=truncated,
+                redirects=tuple(str(hop.url) for hop in hops),
+                peer_certificate=_peer_certificate(response),
+            )
+
+        try:
+            return await follow_redirects(
+                self.policy, url, send=send, answer=answer, max_redirects=self.max_redirects
+            )
+        except RedirectStopped as stop:
+            raise ToolError(_stopped_message(stop, url, self.max_redirects)) from None
 
     async def _read(self, response: httpx.Response) -> tuple[bytes, bool]:
         """At most ``max_body_bytes``; stops reading (and drops the connection) past it."""
@@ -395,6 +333,16 @@ class HttpFetcher(PolicyClient):
             chunks.append(chunk)
             size += len(chunk)
         return b"".join(chunks), False
+
+
+def _stopped_message(stop: RedirectStopped, url: str, max_redirects: int) -> str:
+    """A redirect not followed, as the error a tool call reports."""
+    last = stop.hops[-1]
+    if last.url is None:
+        return f"bad redirect Location {last.location!r}: {stop.cause}"
+    if len(stop.hops) > max_redirects:
+        return f"more than {max_redirects} redirects from {url}; the last pointed to {last.url}"
+    return f"{stop} (a redirect from {url})"
 
 
 def _standard_reason(status: int) -> str:

@@ -8,13 +8,14 @@ what the tool could not do: a refused URL, no connection, a timeout.
 
 The address policy is ``OPSLOOP_HTTP_ALLOW`` through ``tools/netpolicy.py``, exactly as
 ``kind: http`` tools use it: the URL is checked before anything is sent, every redirect
-hop is checked before it is followed, and the client (``tools.http.make_client``)
+hop is checked before it is followed, and the client (``tools.http_client.make_client``)
 re-checks each address when it connects. A redirect to a refused place is reported,
 not followed; more than ``MAX_REDIRECTS`` redirects are reported and not followed.
 
 Why not ``tools.http.HttpFetcher``: a check wants the redirect chain hop by hop, a
 refused or endless redirect as an observation rather than an error, a separate connect
-timeout, and the certificate even when it does not verify.
+timeout, and the certificate even when it does not verify. Both follow redirects with
+``tools.http_client.follow_redirects``.
 
 A certificate that fails verification (self-signed, unknown CA, wrong name, expired):
 no HTTP request is sent over that unverified connection; the tool then opens a TLS
@@ -31,7 +32,7 @@ import contextlib
 import datetime
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import quote
@@ -40,7 +41,15 @@ import httpx
 
 from bot.errors import ToolError
 from tools.base import tool
-from tools.http import REDIRECT_STATUSES, PolicyClient, decode_body
+from tools.http_client import (
+    Hop,
+    PolicyClient,
+    RedirectStopped,
+    decode_body,
+    follow_redirects,
+    host_port,
+    peer_ssl_object,
+)
 from tools.netpolicy import AddressPolicy, Target, parse_address
 from tools.packs import Pack, PackConfig
 from tools.packs.host_proc import human_bytes
@@ -190,11 +199,17 @@ def _verify_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
 # -- the check ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Hop:
-    status: int
-    reason: str
-    location: str
+class _Unverified(Exception):
+    """An https hop whose certificate failed verification. Nothing was sent over the
+    connection; the check reports the certificate instead of an answer."""
+
+    def __init__(
+        self, target: Target, hops: Sequence[Hop], failure: ssl.SSLCertVerificationError
+    ) -> None:
+        super().__init__(str(failure))
+        self.target = target
+        self.hops = tuple(hops)
+        self.failure = failure
 
 
 def _status(status: int, reason: str) -> str:
@@ -215,8 +230,7 @@ def _ms(seconds: float) -> str:
 
 
 def _failure(exc: Exception, url: httpx.URL, connect_s: float, total_s: float) -> ToolError:
-    port = url.port or (443 if url.scheme == "https" else 80)
-    where = f"{url.host}:{port}"
+    where = host_port(url)
     if isinstance(exc, httpx.ConnectTimeout):
         return ToolError(f"timed out after {connect_s:g}s connecting to {where}")
     if isinstance(exc, httpx.TimeoutException):
@@ -288,15 +302,10 @@ class HttpChecker(PolicyClient):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.total_s
         started = self._timer()
-        hops: list[Hop] = []
-        current: str | httpx.URL = url
-        while True:
-            try:
-                target = await self.policy.check(current)
-            except ToolError as exc:
-                if not hops:
-                    raise
-                return self._redirect_report(url, hops, started, f"not followed: {exc}")
+        latency = 0.0  # of the last hop: from sending to the answer's headers
+
+        async def send(target: Target, hops: Sequence[Hop]) -> httpx.Response:
+            nonlocal latency
             remaining = max(deadline - loop.time(), 0.001)
             request = self.client.build_request(
                 "GET",
@@ -310,30 +319,29 @@ class HttpChecker(PolicyClient):
                 failure = _verify_failure(exc)
                 if failure is None or target.url.scheme != "https":
                     raise _failure(exc, target.url, self.connect_s, self.total_s) from None
-                return await self._unverified_report(url, target, hops, failure)
+                raise _Unverified(target, hops, failure) from None
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 raise _failure(exc, target.url, self.connect_s, self.total_s) from None
+            latency = self._timer() - sent
+            return response
+
+        async def answer(target: Target, response: httpx.Response, hops: Sequence[Hop]) -> str:
             try:
-                latency = self._timer() - sent
-                location = response.headers.get("location")
-                if response.status_code in REDIRECT_STATUSES and location:
-                    hops.append(Hop(response.status_code, response.reason_phrase, location))
-                    try:
-                        following = target.url.join(location)
-                    except httpx.InvalidURL as exc:
-                        note = f"not followed: bad Location {location!r}: {exc}"
-                        return self._redirect_report(url, hops, started, note)
-                    if len(hops) > self.max_redirects:
-                        note = f"not followed: more than {self.max_redirects} redirects"
-                        return self._redirect_report(url, hops, started, note)
-                    current = following
-                    continue
                 snippet = await self._snippet(response)
-                return self._report(url, target, response, hops, latency, started, snippet)
             except httpx.HTTPError as exc:
                 raise _failure(exc, target.url, self.connect_s, self.total_s) from None
-            finally:
-                await response.aclose()
+            return self._report(url, target, response, hops, latency, started, snippet)
+
+        try:
+            return await follow_redirects(
+                self.policy, url, send=send, answer=answer, max_redirects=self.max_redirects
+            )
+        except RedirectStopped as stop:
+            return self._redirect_report(url, stop.hops, started, f"not followed: {stop}")
+        except _Unverified as unverified:
+            return await self._unverified_report(
+                url, unverified.target, unverified.hops, unverified.failure
+            )
 
     async def _snippet(self, response: httpx.Response) -> str:
         """``Body: <type>, <size>: <first chars on one line>``; reads a few KiB at most."""
@@ -362,7 +370,7 @@ class HttpChecker(PolicyClient):
             text = text[:SNIPPET_CHARS] + "…"
         return f"Body: {media}, {length}: {text}"
 
-    def _redirect_lines(self, hops: list[Hop]) -> list[str]:
+    def _redirect_lines(self, hops: Sequence[Hop]) -> list[str]:
         return [f"  {_status(h.status, h.reason)} → {h.location}" for h in hops]
 
     def _report(
@@ -370,7 +378,7 @@ class HttpChecker(PolicyClient):
         url: str,
         target: Target,
         response: httpx.Response,
-        hops: list[Hop],
+        hops: Sequence[Hop],
         latency: float,
         started: float,
         snippet: str,
@@ -389,7 +397,7 @@ class HttpChecker(PolicyClient):
         lines.append(snippet)
         return "\n".join(lines)
 
-    def _redirect_report(self, url: str, hops: list[Hop], started: float, note: str) -> str:
+    def _redirect_report(self, url: str, hops: Sequence[Hop], started: float, note: str) -> str:
         last = hops[-1]
         total = self._timer() - started
         lines = [
@@ -400,8 +408,7 @@ class HttpChecker(PolicyClient):
         return "\n".join(lines)
 
     def _verified_certificate(self, response: httpx.Response) -> str:
-        stream = response.extensions.get("network_stream")
-        ssl_object = stream.get_extra_info("ssl_object") if stream is not None else None
+        ssl_object = peer_ssl_object(response)
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         if not der:
             return "TLS: certificate verified; could not read its details"
@@ -412,7 +419,11 @@ class HttpChecker(PolicyClient):
         return describe_certificate(cert, self._clock(), verified=True)
 
     async def _unverified_report(
-        self, url: str, target: Target, hops: list[Hop], failure: ssl.SSLCertVerificationError
+        self,
+        url: str,
+        target: Target,
+        hops: Sequence[Hop],
+        failure: ssl.SSLCertVerificationError,
     ) -> str:
         reason = failure.verify_message or failure.reason or str(failure)
         lines = [
