@@ -7,19 +7,16 @@ cards' fields are written by name (``bot.slack.names``) as each call is sent.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Unpack
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.ports import Clock, LoopClock
 from bot.slack.answers import partial_answer
-from bot.slack.names import Names
 from bot.slack.streaming import (
-    NOT_STREAMING,
     Mode,
     PacedWorker,
-    Pacing,
+    StreamOptions,
     error_code,
 )
 from bot.slack.task_cards import (
@@ -28,8 +25,8 @@ from bot.slack.task_cards import (
     PLAN_DONE,
     PLAN_TITLE,
     TASK_CARDS,
+    StepChange,
     TaskCards,
-    TaskStatus,
     Timeline,
     chunk_texts,
     markdown_chunk,
@@ -71,28 +68,13 @@ class JobStream(PacedWorker):
         recipient_team_id: str,
         display: str = "timeline",
         cards: TaskCards | None = None,
-        pacing: Pacing | None = None,
-        clock: Clock | None = None,
-        names: Names | None = None,
+        **options: Unpack[StreamOptions],
     ) -> None:
-        self._client = client
-        self._budget = budget
-        self._names = names
-        self.channel = channel
-        self.thread_ts = thread_ts
+        super().__init__(client, budget, channel=channel, thread_ts=thread_ts, **options)
         self._recipients = (recipient_user_id, recipient_team_id)
         self.display = display if display in DISPLAY_MODES else "timeline"
         self.cards = cards or TASK_CARDS
-        self.pacing = pacing or Pacing()
-        self._clock: Clock = clock or LoopClock()
-        self.mode = Mode.WAITING
-        self.ts: str | None = None
-        self.fallback: str | None = None
         self.timeline = Timeline()
-        self.dropped = 0
-        self._last_call: float | None = None
-        self._closing = False
-        self._init_worker()
 
     # -- the event side: synchronous, never raises ---------------------------------------
 
@@ -108,19 +90,11 @@ class JobStream(PacedWorker):
         self.timeline.add_text(text[:room])
         self._poke()
 
-    def step(
-        self,
-        call_id: str,
-        *,
-        title: str | None = None,
-        status: TaskStatus,
-        details: str | None = None,
-        output: str | None = None,
-    ) -> None:
+    def step(self, call_id: str, **change: Unpack[StepChange]) -> None:
         """Add or update the task card of one call."""
         if self._closing:
             return
-        self.timeline.step(call_id, title=title, status=status, details=details, output=output)
+        self.timeline.step(call_id, **change)
         self._poke()
 
     def has_step(self, call_id: str) -> bool:
@@ -201,62 +175,35 @@ class JobStream(PacedWorker):
         if not self.timeline.unsent:
             return None
         now = self._clock.monotonic()
-        if (
-            self._last_call is not None
-            and (wait := self._last_call + self.pacing.append_every_s - now) > 0
-        ):
+        if (wait := self._paced(now)) is not None:
             return wait
         self._last_call = now
         await self._append(self.timeline.take())
         return 0
 
     async def _append(self, chunks: list[dict[str, Any]]) -> bool:
-        chunks = await self._named_chunks(chunks)
-        try:
-            await self._client.chat_appendStream(
-                channel=self.channel, ts=str(self.ts), chunks=chunks
-            )
-        except Exception as exc:
-            code = error_code(exc)
-            log.info("chat.appendStream in %s failed (%s): editing instead", self.channel, code)
-            if code in CHUNK_REFUSALS:
-                self.cards.turn_off(f"chat.appendStream with chunks: {code}")
-            if code != NOT_STREAMING:
-                await self._stop([])
-            self._to_update(f"chat.appendStream: {code}")
-            return False
-        return True
+        return await self._append_stream(chunks=await self._named_chunks(chunks)) is None
 
-    async def _stop(self, chunks: list[dict[str, Any]]) -> bool:
-        chunks = await self._named_chunks(chunks)
+    def _append_refused(self, code: str) -> None:
+        if code in CHUNK_REFUSALS:  # chunks are not accepted here: task cards go off
+            self.cards.turn_off(f"chat.appendStream with chunks: {code}")
+
+    async def _stop(self, chunks: list[dict[str, Any]] | None = None) -> bool:
+        chunks = await self._named_chunks(chunks or [])
         if self.display == "plan":
             chunks = [*chunks, plan_chunk(PLAN_DONE)]
-        try:
-            await self._client.chat_stopStream(
-                channel=self.channel,
-                ts=str(self.ts),
-                chunks=chunks or None,
-            )
-        except Exception as exc:
-            code = error_code(exc)
-            log.info("chat.stopStream in %s failed: %s", self.channel, code)
-            self.fallback = self.fallback or f"chat.stopStream: {code}"
-            return False
-        return True
+        return await self._stop_stream(chunks=chunks or None)
 
     def _to_update(self, reason: str) -> None:
-        self.mode = Mode.UPDATE
-        self.fallback = self.fallback or reason
+        super()._to_update(reason)
         self.timeline.unsent = [markdown_chunk("")]  # owed: one edit with everything
 
     async def _step_update(self) -> float | None:
         if not self.timeline.unsent:
             return None
         now = self._clock.monotonic()
-        if not self._closing and self._last_call is not None:
-            wait = self._last_call + self.pacing.append_every_s - now
-            if wait > 0:
-                return wait
+        if (wait := self._paced(now)) is not None:
+            return wait
         self.timeline.unsent.clear()
         shown = self.timeline.render()
         await self._named(shown)

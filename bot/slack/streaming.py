@@ -43,6 +43,7 @@ import asyncio
 import enum
 import logging
 from dataclasses import dataclass
+from typing import Any, TypedDict, Unpack
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -84,20 +85,53 @@ def error_code(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+class StreamOptions(TypedDict, total=False):
+    """What every stream may be given beside its place: the pace (default ``Pacing()``),
+    the clock (the event loop's) and the names people and channels are shown by (else
+    their ids)."""
+
+    pacing: Pacing | None
+    clock: Clock | None
+    names: Names | None
+
+
 class PacedWorker:
     """The worker both streams share: one task per stream that runs ``_step`` whenever
     something changed (``_poke``) or the delay ``_step`` asked for has passed, and
     winds up when ``_step`` has nothing left to do once ``_closing`` is set.
-    ``quiet`` returns once it waits for news (tests step the clock between these)."""
+    ``quiet`` returns once it waits for news (tests step the clock between these).
+    Also what the two have in common: the message and its mode, the pace, the plain
+    message posted without streaming, and the append and stop calls with their one-way
+    fallback to edits."""
 
-    channel: str
-    thread_ts: str
-    mode: Mode
-    _client: AsyncWebClient
-    _clock: Clock
-    _closing: bool
-    _names: Names | None = None
     _what = "the response"  # for the log, "showing … in <channel> failed"
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        budget: UpdateBudget,
+        *,
+        channel: str,
+        thread_ts: str,
+        **options: Unpack[StreamOptions],
+    ) -> None:
+        self._client = client
+        self._budget = budget
+        self.channel = channel
+        self.thread_ts = thread_ts
+        self.pacing = options.get("pacing") or Pacing()
+        self._clock: Clock = options.get("clock") or LoopClock()
+        self._names = options.get("names")
+        self.mode = Mode.WAITING
+        self.ts: str | None = None  # the message showing the stream, once there is one
+        self.fallback: str | None = None  # why chat streaming was left, if it was
+        self.dropped = 0  # chars past max_chars, not shown
+        self._last_call: float | None = None
+        self._closing = False
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
 
     async def _named(self, *texts: str) -> None:
         """Look up the people and channels ``texts`` mention (bounded; never raises)."""
@@ -107,12 +141,6 @@ class PacedWorker:
     def _render(self, text: str) -> str:
         """``text`` with people and channels by name (those looked up)."""
         return self._names.render(text) if self._names is not None else text
-
-    def _init_worker(self) -> None:
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._task: asyncio.Task[None] | None = None
 
     async def quiet(self) -> None:
         """Return once the worker waits for news."""
@@ -160,6 +188,53 @@ class PacedWorker:
         """Do what is due; the delay until the next step, 0 at once, None: wait for news."""
         raise NotImplementedError
 
+    async def _stop(self) -> bool:
+        """Stop the stream with nothing more to show; whether Slack took it."""
+        raise NotImplementedError
+
+    def _paced(self, now: float) -> float | None:
+        """How long the next append or edit must wait to keep the pace (None: it may go),
+        since the last call; winding up goes at once."""
+        if self._closing or self._last_call is None:
+            return None
+        wait = self._last_call + self.pacing.append_every_s - now
+        return wait if wait > 0 else None
+
+    async def _append_stream(self, **content: Any) -> str | None:
+        """``chat.appendStream`` with ``content``. Refused, the stream is stopped (unless
+        Slack expired it already) and edits show the rest; returns Slack's error code."""
+        try:
+            await self._client.chat_appendStream(channel=self.channel, ts=str(self.ts), **content)
+        except Exception as exc:
+            code = error_code(exc)
+            log.info("chat.appendStream in %s failed (%s): editing instead", self.channel, code)
+            self._append_refused(code)
+            if code != NOT_STREAMING:
+                await self._stop()
+            self._to_update(f"chat.appendStream: {code}")
+            return code
+        return None
+
+    def _append_refused(self, code: str) -> None:
+        """What Slack's refusal of an append means beyond this stream (by default nothing)."""
+
+    async def _stop_stream(self, **content: Any) -> bool:
+        """``chat.stopStream`` with the rest of the content; whether Slack took it (refused,
+        the reason is kept as the ``fallback``)."""
+        try:
+            await self._client.chat_stopStream(channel=self.channel, ts=str(self.ts), **content)
+        except Exception as exc:
+            code = error_code(exc)
+            log.info("chat.stopStream in %s failed: %s", self.channel, code)
+            self.fallback = self.fallback or f"chat.stopStream: {code}"
+            return False
+        return True
+
+    def _to_update(self, reason: str) -> None:
+        """Leave chat streaming for good: the stream's message is edited from now on."""
+        self.mode = Mode.UPDATE
+        self.fallback = self.fallback or reason
+
     async def _work(self) -> None:
         try:
             while True:
@@ -198,37 +273,22 @@ class AnswerStream(PacedWorker):
         iteration: int = 0,
         recipient_user_id: str | None = None,
         recipient_team_id: str | None = None,
-        pacing: Pacing | None = None,
-        clock: Clock | None = None,
-        names: Names | None = None,
+        **options: Unpack[StreamOptions],
     ) -> None:
-        self._client = client
-        self._budget = budget
-        self._names = names
-        self.channel = channel
-        self.thread_ts = thread_ts
+        super().__init__(client, budget, channel=channel, thread_ts=thread_ts, **options)
         self.iteration = iteration
         self._recipients = (
             (recipient_user_id, recipient_team_id)
             if recipient_user_id and recipient_team_id
             else None
         )
-        self.pacing = pacing or Pacing()
-        self._clock: Clock = clock or LoopClock()
-        self.mode = Mode.WAITING
-        self.ts: str | None = None  # the message showing the text, once there is one
-        self.fallback: str | None = None  # why chat streaming was left, if it was
-        self.dropped = 0  # chars past max_chars, not shown
         self._text = ""  # this attempt's text so far (≤ max_chars)
         self._epoch = 0  # bumped on every start over
         self._shown_epoch = 0  # the epoch of the text Slack shows
         self._sent = 0  # chars of that text Slack shows
         self._first_at: float | None = None
-        self._last_call: float | None = None
         self._ended = False  # the response is complete: no more text is coming
-        self._closing = False
         self._final = False
-        self._init_worker()
 
     @property
     def text(self) -> str:
@@ -371,7 +431,7 @@ class AnswerStream(PacedWorker):
 
     async def _step_stream(self) -> float | None:
         if self._shown_epoch != self._epoch:  # what the stream shows is void
-            await self._stop(None)
+            await self._stop()
             self._to_update("start over")
             return 0
         pending = self._text[self._sent :][:MAX_STREAM_CALL]
@@ -386,47 +446,22 @@ class AnswerStream(PacedWorker):
         if not pending:
             return None
         now = self._clock.monotonic()
-        if (
-            self._last_call is not None
-            and (wait := self._last_call + self.pacing.append_every_s - now) > 0
-        ):
+        if (wait := self._paced(now)) is not None:
             return wait
         epoch = self._epoch
         await self._named(pending)
-        try:
-            await self._client.chat_appendStream(
-                channel=self.channel, ts=str(self.ts), markdown_text=self._render(pending)
-            )
-        except Exception as exc:
-            code = error_code(exc)
-            log.info("chat.appendStream in %s failed (%s): editing instead", self.channel, code)
-            if code != NOT_STREAMING:
-                await self._stop(None)
-            self._to_update(f"chat.appendStream: {code}")
+        if await self._append_stream(markdown_text=self._render(pending)) is not None:
             return 0
         self._last_call = now
         if epoch == self._epoch:
             self._sent += len(pending)
         return 0
 
-    async def _stop(self, text: str | None) -> bool:
+    async def _stop(self, text: str | None = None) -> bool:
         if text:
             await self._named(text)
             text = self._render(text)
-        try:
-            await self._client.chat_stopStream(
-                channel=self.channel, ts=str(self.ts), markdown_text=text
-            )
-        except Exception as exc:
-            code = error_code(exc)
-            log.info("chat.stopStream in %s failed: %s", self.channel, code)
-            self.fallback = self.fallback or f"chat.stopStream: {code}"
-            return False
-        return True
-
-    def _to_update(self, reason: str) -> None:
-        self.mode = Mode.UPDATE
-        self.fallback = self.fallback or reason
+        return await self._stop_stream(markdown_text=text)
 
     async def _step_update(self) -> float | None:
         if self._closing and self._final:
@@ -437,10 +472,8 @@ class AnswerStream(PacedWorker):
         if not text.strip():
             return None  # started over, nothing new yet
         now = self._clock.monotonic()
-        if not self._closing and self._last_call is not None:
-            wait = self._last_call + self.pacing.append_every_s - now
-            if wait > 0:
-                return wait
+        if (wait := self._paced(now)) is not None:
+            return wait
         await self._named(text)
         self._budget.submit(self.channel, str(self.ts), partial_answer(text, render=self._render))
         self._shown_epoch, self._sent, self._last_call = self._epoch, len(text), now

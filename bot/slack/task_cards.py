@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Required, TypedDict
 
 from bot.slack.blockkit import cut
 
@@ -75,6 +75,15 @@ class TaskCards:
 
 
 TASK_CARDS = TaskCards()  # the process's
+
+
+class StepChange(TypedDict, total=False):
+    """A task card's new state, as :meth:`Timeline.step` takes it."""
+
+    title: str | None  # None: the title it has (a new card: the call id)
+    status: Required[TaskStatus]
+    details: str | None
+    output: str | None
 
 
 def task_title(tool: str, arguments: dict[str, object] | None = None) -> str:
