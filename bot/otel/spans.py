@@ -59,6 +59,7 @@ from opentelemetry.trace import (
     Tracer,
     set_span_in_context,
 )
+from opentelemetry.util.types import Attributes
 
 from bot.agent.events import (
     ApprovalRequested,
@@ -405,11 +406,11 @@ class RunSpans:
             outcome = next((w for w in ("expired", "cancelled") if w in decision.reason), "denied")
             self.span.add_event(f"opsloop.approval.{outcome}", attributes)
 
-    def _chat_start(self, event: ModelRequestStart) -> None:
-        if self._chat is not None:  # a start without its end: close it first
-            self._chat.end()
-        provider, model = provider_and_model(event.model, self._options.provider)
-        self._chat = self._tracer.start_span(
+    def _chat_span(self, label: str, attributes: Attributes = None) -> Span:
+        """A ``chat {model}`` span for the model ``label`` names (``provider:model``),
+        with ``attributes`` besides the operation, provider and model."""
+        provider, model = provider_and_model(label, self._options.provider)
+        return self._tracer.start_span(
             f"chat {model}",
             context=self._parent,
             kind=SpanKind.CLIENT,
@@ -417,25 +418,21 @@ class RunSpans:
                 "gen_ai.operation.name": "chat",
                 "gen_ai.provider.name": provider,
                 "gen_ai.request.model": model,
-                "opsloop.iteration": event.iteration,
-                "opsloop.attempt": event.attempt,
+                **(attributes or {}),
             },
+        )
+
+    def _chat_start(self, event: ModelRequestStart) -> None:
+        if self._chat is not None:  # a start without its end: close it first
+            self._chat.end()
+        self._chat = self._chat_span(
+            event.model, {"opsloop.iteration": event.iteration, "opsloop.attempt": event.attempt}
         )
 
     def _chat_end(self, event: ModelRequestEnd) -> None:
         span, self._chat = self._chat, None
-        if span is None:
-            provider, model = provider_and_model(event.model, self._options.provider)
-            span = self._tracer.start_span(
-                f"chat {model}",
-                context=self._parent,
-                kind=SpanKind.CLIENT,
-                attributes={
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.provider.name": provider,
-                    "gen_ai.request.model": model,
-                },
-            )
+        if span is None:  # an end without its start: the span still tells the outcome
+            span = self._chat_span(event.model)
         if event.response_model:
             span.set_attribute("gen_ai.response.model", event.response_model)
         if event.finish_reason:
