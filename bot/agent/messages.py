@@ -31,6 +31,11 @@ def valid_tool_name(name: str) -> bool:
     return _TOOL_NAME.fullmatch(name) is not None
 
 
+def sendable_tool_name(name: str) -> str:
+    """``name`` when the providers accept it, else ``INVALID_TOOL_NAME``."""
+    return name if valid_tool_name(name) else INVALID_TOOL_NAME
+
+
 MAX_CALL_ID_CHARS = 40
 """OpenAI refuses a longer ``tool_call_id``."""
 _CALL_ID = re.compile(r"[a-zA-Z0-9_-]{1,40}")  # 40: MAX_CALL_ID_CHARS

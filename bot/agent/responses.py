@@ -21,7 +21,6 @@ from collections.abc import Container
 from typing import assert_never
 
 from bot.agent.messages import (
-    INVALID_TOOL_NAME,
     AnyMessage,
     AssistantMessage,
     Malformed,
@@ -30,6 +29,7 @@ from bot.agent.messages import (
     ToolMessage,
     UserMessage,
     parse_arguments,
+    sendable_tool_name,
     valid_call_id,
     valid_tool_name,
 )
@@ -72,7 +72,7 @@ def well_formed(call: ToolCall) -> ToolCall:
     )
     return call.model_copy(
         update={
-            "name": INVALID_TOOL_NAME if bad_name else call.name,
+            "name": sendable_tool_name(call.name),
             "arguments": call.arguments if isinstance(parsed, dict) else "{}",
             "malformed": malformed,
         }

@@ -28,7 +28,6 @@ from typing import Any
 import httpx
 
 from bot.agent.messages import (
-    INVALID_TOOL_NAME,
     AnyMessage,
     AssistantMessage,
     ModelRequest,
@@ -39,12 +38,12 @@ from bot.agent.messages import (
     Usage,
     UserMessage,
     parse_arguments,
-    valid_tool_name,
+    sendable_tool_name,
 )
 from bot.errors import ModelError, ModelUnavailableError
 from bot.llm.attempts import HttpModelClient, Sink
 from bot.llm.errors import error_from_response, malformed
-from bot.llm.surrogates import clean, clean_arguments, encode
+from bot.llm.surrogates import clean, encode, received_call
 from bot.llm.wire import FragmentCache, dumps
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -111,7 +110,7 @@ def render_message(message: AnyMessage) -> str | list[dict[str, Any]]:
                 {
                     "type": "tool_use",
                     "id": tool_id(c.id),
-                    "name": c.name if valid_tool_name(c.name) else INVALID_TOOL_NAME,
+                    "name": sendable_tool_name(c.name),
                     "input": tool_input(c.arguments),
                 }
                 for c in calls
@@ -277,19 +276,19 @@ class AnthropicClient(HttpModelClient):
                 text.append(str(block.get("text") or ""))
             elif kind == "tool_use":
                 calls.append(
-                    ToolCall(
-                        id=clean(str(block.get("id") or "")),  # the core assigns one
-                        name=clean(str(block.get("name") or "")),
-                        arguments=clean_arguments(dumps(block.get("input") or {})),
+                    received_call(
+                        str(block.get("id") or ""),
+                        str(block.get("name") or ""),
+                        dumps(block.get("input") or {}),
                     )
                 )
             # thinking, server tool blocks, ...: nothing the core uses
-        return ModelResponse(
-            content=clean("".join(text)) or None,
-            tool_calls=tuple(calls),
+        return self._response(
+            "".join(text) or None,
+            calls,
             usage=_usage(data.get("usage")),
             finish_reason=data.get("stop_reason"),
-            model=data.get("model") or self._model,
+            model=data.get("model"),
         )
 
     async def _stream(self, body: bytes, sink: Sink) -> ModelResponse:
@@ -319,17 +318,13 @@ class AnthropicClient(HttpModelClient):
             if block.kind != "tool_use":
                 continue
             arguments = "".join(block.json) or (dumps(block.input) if block.input else "{}")
-            calls.append(
-                ToolCall(
-                    id=clean(block.id), name=clean(block.name), arguments=clean_arguments(arguments)
-                )
-            )
-        return ModelResponse(
-            content=clean("".join(state.text)) or None,
-            tool_calls=tuple(calls),
+            calls.append(received_call(block.id, block.name, arguments))
+        return self._response(
+            "".join(state.text) or None,
+            calls,
             usage=_usage(state.usage),
             finish_reason=state.stop_reason,
-            model=state.model or self._model,
+            model=state.model,
         )
 
     def _event(self, payload: str, state: _Stream) -> None:

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
 import httpx
 
-from bot.agent.messages import ModelRequest, ModelResponse, ToolSpec
+from bot.agent.messages import ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 from bot.agent.ports import DeltaSink
 from bot.errors import ModelError, ModelUnavailableError
 from bot.llm.errors import error_from_exception, malformed, read_error
 from bot.llm.retry import RetryPolicy, with_retries
+from bot.llm.surrogates import clean
 from bot.llm.wire import LastJson
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
@@ -108,7 +109,8 @@ class HttpModelClient:
     they stay the same) and the highest temperature it accepts (``max_temperature``).
     ``complete`` renders the body once and runs one plain or streamed attempt under
     ``complete_with_retries``; subclasses implement ``body``, ``_parse`` (a whole JSON
-    answer) and ``_stream``, which opens its request with ``_post``."""
+    answer) and ``_stream``, which opens its request with ``_post``; both end in
+    ``_response``."""
 
     max_temperature: ClassVar[float | None] = None  # the provider's upper bound, if any
 
@@ -191,6 +193,25 @@ class HttpModelClient:
 
     async def _stream(self, body: bytes, sink: Sink) -> ModelResponse:
         raise NotImplementedError
+
+    def _response(
+        self,
+        text: str | None,
+        calls: Iterable[ToolCall],
+        *,
+        usage: Usage,
+        finish_reason: str | None,
+        model: str | None,
+    ) -> ModelResponse:
+        """The neutral response to a whole answer or a stream: ``text`` cleaned of lone
+        surrogates, and the model the provider named (else ours)."""
+        return ModelResponse(
+            content=None if text is None else clean(text),
+            tool_calls=tuple(calls),
+            usage=usage,
+            finish_reason=finish_reason,
+            model=model or self._model,
+        )
 
     async def complete(
         self, request: ModelRequest, *, on_delta: DeltaSink | None = None

@@ -19,7 +19,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bot.agent.messages import (
-    INVALID_TOOL_NAME,
     MAX_CALL_ID_CHARS,
     AnyMessage,
     AssistantMessage,
@@ -31,12 +30,12 @@ from bot.agent.messages import (
     Usage,
     UserMessage,
     parse_arguments,
-    valid_tool_name,
+    sendable_tool_name,
 )
 from bot.errors import ModelUnavailableError
 from bot.llm.attempts import HttpModelClient, Sink
 from bot.llm.errors import error_from_response, malformed
-from bot.llm.surrogates import clean, clean_arguments, encode
+from bot.llm.surrogates import clean, encode, received_call
 from bot.llm.wire import FragmentCache, PrefixCache, dumps
 
 
@@ -46,8 +45,7 @@ def render_function(call: ToolCall) -> dict[str, str]:
     arguments = call.arguments
     if not arguments.strip() or not isinstance(parse_arguments(arguments), dict):
         arguments = "{}"
-    name = call.name if valid_tool_name(call.name) else INVALID_TOOL_NAME
-    return {"name": name, "arguments": arguments}
+    return {"name": sendable_tool_name(call.name), "arguments": arguments}
 
 
 _DIGEST_PREFIX = "call_"
@@ -168,20 +166,14 @@ class OpenAIClient(HttpModelClient):
             args = fn.get("arguments")
             if not isinstance(args, str):  # some servers send an object
                 args = dumps(args) if args is not None else "{}"
-            calls.append(
-                ToolCall(
-                    id=clean(str(raw.get("id") or "")),  # the core assigns one
-                    name=clean(str(fn.get("name") or "")),
-                    arguments=clean_arguments(args),
-                )
-            )
+            calls.append(received_call(str(raw.get("id") or ""), str(fn.get("name") or ""), args))
         content = message.get("content")
-        return ModelResponse(
-            content=clean(content) if isinstance(content, str) else None,
-            tool_calls=tuple(calls),
+        return self._response(
+            content if isinstance(content, str) else None,
+            calls,
             usage=_usage(data.get("usage")),
             finish_reason=choices[0].get("finish_reason"),
-            model=data.get("model") or self._model,
+            model=data.get("model"),
         )
 
     async def _stream(self, body: bytes, sink: Sink) -> ModelResponse:
@@ -237,19 +229,15 @@ class OpenAIClient(HttpModelClient):
             raise malformed(self._name, "the answer is not an event stream")
         if not done and finish is None:
             raise ModelUnavailableError(f"{self._name}: stream ended early", model=self._name)
-        return ModelResponse(
-            content=clean("".join(text)) or None,
-            tool_calls=tuple(
-                ToolCall(
-                    id=clean(c.id),
-                    name=clean(c.name),
-                    arguments=clean_arguments("".join(c.arguments) or "{}"),
-                )
-                for i, c in sorted(calls.items())
+        return self._response(
+            "".join(text) or None,
+            (
+                received_call(c.id, c.name, "".join(c.arguments) or "{}")
+                for _, c in sorted(calls.items())
             ),
             usage=usage or Usage(),
             finish_reason=finish,
-            model=model or self._model,
+            model=model,
         )
 
 

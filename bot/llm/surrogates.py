@@ -6,7 +6,8 @@ bytes decodes them with ``surrogatepass``). Kept in history, such a string would
 every later request of the thread when its body is encoded, and the store when it
 writes it. So the adapters pass every string they keep from a response through
 ``clean`` (text, text deltas, call ids and names) and call arguments through
-``clean_arguments``; a lone surrogate becomes U+FFFD. ``encode`` is the last guard, for
+``clean_arguments`` (a call through ``received_call``, the whole answer through
+``HttpModelClient._response``); a lone surrogate becomes U+FFFD. ``encode`` is the last guard, for
 text that entered history another way. When there is nothing to replace, ``clean`` is
 one regex search, ``clean_arguments`` two, and ``encode`` a plain ``str.encode``.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 
+from bot.agent.messages import ToolCall
 from bot.llm.wire import dumps
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -46,6 +48,12 @@ def clean_arguments(text: str) -> str:
     except (ValueError, RecursionError):
         return text  # not JSON: stored as {}, the original kept as this ASCII text
     return text if _SURROGATE.search(written) is None else clean(written)
+
+
+def received_call(call_id: str, name: str, arguments: str) -> ToolCall:
+    """A tool call taken from an answer, every string cleaned (an empty id: the core
+    assigns one)."""
+    return ToolCall(id=clean(call_id), name=clean(name), arguments=clean_arguments(arguments))
 
 
 def encode(body: str) -> bytes:
