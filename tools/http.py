@@ -13,7 +13,7 @@ Templating (docs/tools.md, "tools.yml"):
 
 Sending (``HttpFetcher``, shared by every http tool): one client from
 ``tools.http_client`` (over ``PolicyTransport``); redirects followed by hand
-(``follow_redirects``), at most 5, each hop checked by the policy before it is sent; the
+(``PolicyClient.follow``), at most 5, each hop checked by the policy before it is sent; the
 body streamed and cut at 1 MiB.
 Any HTTP status is an observation (a 500 is a result); refusals, connection failures and
 timeouts are ``ToolError``. A destructive tool's dry run sends nothing: it shows the
@@ -39,11 +39,11 @@ from bot.agent.tools import CallContext
 from bot.errors import ToolError
 from tools.declared import DeclaredTool
 from tools.http_client import (
+    MAX_REDIRECTS,
     Hop,
     PolicyClient,
     RedirectStopped,
     decode_body,
-    follow_redirects,
     host_port,
     peer_ssl_object,
 )
@@ -52,7 +52,6 @@ from tools.netpolicy import AddressPolicy, Target
 from tools.spec import HttpToolSpec
 
 MAX_BODY_BYTES = 1 << 20
-MAX_REDIRECTS = 5
 _SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 _FORMATTER = string.Formatter()
 
@@ -253,9 +252,8 @@ class HttpFetcher(PolicyClient):
         max_body_bytes: int = MAX_BODY_BYTES,
         max_redirects: int = MAX_REDIRECTS,
     ) -> None:
-        super().__init__(policy or AddressPolicy(), client)
+        super().__init__(policy or AddressPolicy(), client, max_redirects=max_redirects)
         self.max_body_bytes = max_body_bytes
-        self.max_redirects = max_redirects
 
     async def fetch(
         self,
@@ -315,9 +313,7 @@ class HttpFetcher(PolicyClient):
             )
 
         try:
-            return await follow_redirects(
-                self.policy, url, send=send, answer=answer, max_redirects=self.max_redirects
-            )
+            return await self.follow(url, send=send, answer=answer)
         except RedirectStopped as stop:
             raise ToolError(_stopped_message(stop, url, self.max_redirects)) from None
 

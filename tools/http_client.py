@@ -3,9 +3,9 @@
 
 - ``make_client``: an ``httpx.AsyncClient`` over ``PolicyTransport`` that follows no
   redirect, reads no environment and asks for no compression.
-- ``PolicyClient``: a policy and the client that sends under it, made on first use.
-- ``follow_redirects``: the one redirect loop. Each hop is checked by the policy before
-  it is sent, a ``Location`` is resolved against the URL that sent it, and the chain is
+- ``PolicyClient``: a policy and the client that sends under it, made on first use,
+  and ``follow``, the one redirect loop. Each hop is checked by the policy before it is
+  sent, a ``Location`` is resolved against the URL that sent it, and the chain is
   bounded; a redirect that is not followed ends it with ``RedirectStopped``, which the
   fetcher turns into an error and the checker into a report.
 - ``decode_body`` and ``peer_ssl_object``: what both read from an answer.
@@ -27,6 +27,7 @@ from tools.netpolicy import AddressPolicy, PolicyTransport, Target
 
 USER_AGENT = "opsloop"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 5
 
 T = TypeVar("T")
 
@@ -46,38 +47,6 @@ def make_client(
         trust_env=False,
         headers={"user-agent": USER_AGENT, "accept-encoding": "identity"},
     )
-
-
-class PolicyClient:
-    """An address policy and the client that sends under it: ``make_client(policy)``,
-    made on first use, or the client given. The base of ``HttpFetcher`` and of the
-    ``http`` pack's checker.
-
-    ``aclose`` closes the client it made, and a given one too when ``close_given``; a
-    use after it makes a fresh one.
-    """
-
-    def __init__(
-        self,
-        policy: AddressPolicy,
-        client: httpx.AsyncClient | None = None,
-        *,
-        close_given: bool = False,
-    ) -> None:
-        self.policy = policy
-        self._client = client
-        self._closes_client = close_given or client is None
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = make_client(self.policy)
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._closes_client and self._client is not None:
-            await self._client.aclose()
-            self._client = None
 
 
 # -- redirects ----------------------------------------------------------------------
@@ -106,46 +75,84 @@ class RedirectStopped(Exception):
         self.cause = cause
 
 
-async def follow_redirects(
-    policy: AddressPolicy,
-    url: str,
-    *,
-    send: Callable[[Target, Sequence[Hop]], Awaitable[httpx.Response]],
-    answer: Callable[[Target, httpx.Response, Sequence[Hop]], Awaitable[T]],
-    max_redirects: int,
-) -> T:
-    """``send`` a request to ``url`` and to each redirect after it, every hop checked by
-    ``policy`` first (a refused ``url`` itself raises the policy's ``ToolError``); the
-    first answer that is not a redirect goes to ``answer``. ``send`` gets the redirects
-    so far (to adapt the request to them); every response is closed here."""
-    hops: list[Hop] = []
-    current: str | httpx.URL = url
-    while True:
-        try:
-            target = await policy.check(current)
-        except ToolError as exc:
-            if not hops:
-                raise
-            raise RedirectStopped(str(exc), hops, cause=str(exc)) from None
-        response = await send(target, hops)
-        try:
-            location = response.headers.get("location")
-            if response.status_code not in REDIRECT_STATUSES or not location:
-                return await answer(target, response, hops)
+class PolicyClient:
+    """An address policy and the client that sends under it: ``make_client(policy)``,
+    made on first use, or the client given, and the one redirect loop (``follow``, at
+    most ``max_redirects``). The base of ``HttpFetcher`` and of the ``http`` pack's
+    checker.
+
+    ``aclose`` closes the client it made, and a given one too when ``close_given``; a
+    use after it makes a fresh one.
+    """
+
+    def __init__(
+        self,
+        policy: AddressPolicy,
+        client: httpx.AsyncClient | None = None,
+        *,
+        close_given: bool = False,
+        max_redirects: int = MAX_REDIRECTS,
+    ) -> None:
+        self.policy = policy
+        self.max_redirects = max_redirects
+        self._client = client
+        self._closes_client = close_given or client is None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = make_client(self.policy)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._closes_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def follow(
+        self,
+        url: str,
+        *,
+        send: Callable[[Target, Sequence[Hop]], Awaitable[httpx.Response]],
+        answer: Callable[[Target, httpx.Response, Sequence[Hop]], Awaitable[T]],
+    ) -> T:
+        """``send`` a request to ``url`` and to each redirect after it, every hop checked
+        by the policy first (a refused ``url`` itself raises the policy's ``ToolError``);
+        the first answer that is not a redirect goes to ``answer``. ``send`` gets the
+        redirects so far (to adapt the request to them); every response is closed here.
+        A redirect that is not followed ends the chain with ``RedirectStopped``."""
+        hops: list[Hop] = []
+        current: str | httpx.URL = url
+        while True:
             try:
-                following: httpx.URL | None = target.url.join(location)
-                problem = ""
-            except httpx.InvalidURL as exc:
-                following, problem = None, str(exc)
-            hop = Hop(target.url, response.status_code, response.reason_phrase, location, following)
-            hops.append(hop)
-            if following is None:
-                raise RedirectStopped(f"bad Location {location!r}: {problem}", hops, cause=problem)
-            if len(hops) > max_redirects:
-                raise RedirectStopped(f"more than {max_redirects} redirects", hops)
-            current = following
-        finally:
-            await response.aclose()
+                target = await self.policy.check(current)
+            except ToolError as exc:
+                if not hops:
+                    raise
+                raise RedirectStopped(str(exc), hops, cause=str(exc)) from None
+            response = await send(target, hops)
+            try:
+                location = response.headers.get("location")
+                if response.status_code not in REDIRECT_STATUSES or not location:
+                    return await answer(target, response, hops)
+                try:
+                    following: httpx.URL | None = target.url.join(location)
+                    problem = ""
+                except httpx.InvalidURL as exc:
+                    following, problem = None, str(exc)
+                hop = Hop(
+                    target.url, response.status_code, response.reason_phrase, location, following
+                )
+                hops.append(hop)
+                if following is None:
+                    raise RedirectStopped(
+                        f"bad Location {location!r}: {problem}", hops, cause=problem
+                    )
+                if len(hops) > self.max_redirects:
+                    raise RedirectStopped(f"more than {self.max_redirects} redirects", hops)
+                current = following
+            finally:
+                await response.aclose()
 
 
 # -- reading an answer --------------------------------------------------------------

@@ -15,7 +15,7 @@ not followed; more than ``MAX_REDIRECTS`` redirects are reported and not followe
 Why not ``tools.http.HttpFetcher``: a check wants the redirect chain hop by hop, a
 refused or endless redirect as an observation rather than an error, a separate connect
 timeout, and the certificate even when it does not verify. Both follow redirects with
-``tools.http_client.follow_redirects``.
+``tools.http_client.PolicyClient.follow``.
 
 A certificate that fails verification (self-signed, unknown CA, wrong name, expired):
 no HTTP request is sent over that unverified connection; the tool then opens a TLS
@@ -42,11 +42,11 @@ import httpx
 from bot.errors import ToolError
 from tools.base import tool
 from tools.http_client import (
+    MAX_REDIRECTS,
     Hop,
     PolicyClient,
     RedirectStopped,
     decode_body,
-    follow_redirects,
     host_port,
     peer_ssl_object,
 )
@@ -56,7 +56,6 @@ from tools.packs.host_proc import human_bytes
 
 CHECK_TOTAL_S = 10.0
 CHECK_CONNECT_S = 5.0
-MAX_REDIRECTS = 5
 SNIPPET_READ_BYTES = 4096
 SNIPPET_CHARS = 200
 CERT_WARN_DAYS = 14
@@ -279,10 +278,9 @@ class HttpChecker(PolicyClient):
         clock: Clock = _utc_now,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
-        super().__init__(policy, client, close_given=True)
+        super().__init__(policy, client, close_given=True, max_redirects=max_redirects)
         self.total_s = total_s
         self.connect_s = min(connect_s, total_s)
-        self.max_redirects = max_redirects
         self._clock = clock
         self._timer = timer  # what latencies are measured with (tests pass a fake)
 
@@ -333,9 +331,7 @@ class HttpChecker(PolicyClient):
             return self._report(url, target, response, hops, latency, started, snippet)
 
         try:
-            return await follow_redirects(
-                self.policy, url, send=send, answer=answer, max_redirects=self.max_redirects
-            )
+            return await self.follow(url, send=send, answer=answer)
         except RedirectStopped as stop:
             return self._redirect_report(url, stop.hops, started, f"not followed: {stop}")
         except _Unverified as unverified:
