@@ -1,7 +1,7 @@
 """Workspace-wide quotas: the daily caps on model spend, and each person's rate of new jobs.
 
 Every key is ``keys.quota(name)``, under the one hash tag ``{quota}``, so each script
-below touches a single Redis Cluster slot:
+(``bot.store.quota_scripts``) touches a single Redis Cluster slot:
 
     day:YYYY-MM-DD   HASH of one UTC day's counters (kept ``DAY_TTL_S``):
                      tokens, cost (micro-dollars, integers: no float drift), raised_tokens,
@@ -22,20 +22,17 @@ new jobs are then refused (``JobAdmission``) and an approver may raise the day
 (``raise_for_day``: the base cap once more, with its audit entry staged in the same
 script). ``JobRate`` is a sliding hour of each person's job starts. ``JobAdmission``
 checks both for a message that would start a job, in one script (one round trip on the
-ack path), and counts the job only when both admit it.
-
-A script checks every key's type before its first write: Lua has no rollback, so a
-script that fails fails before it changed anything.
+ack path), and counts the job only when both admit it. A day's status as read
+(``CapStatus``) and the micro-dollar arithmetic are in ``bot.store.cap_status``,
+re-exported here.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
 import redis.asyncio as aioredis
@@ -43,184 +40,16 @@ import redis.asyncio as aioredis
 from bot.agent.ports import WORKSPACE_CAP, SpendHold, SpendRefused
 from bot.errors import StoreError
 from bot.store.audit_entry import OUTBOX_TTL_S
+from bot.store.cap_status import MICRO, to_micro, usd
+from bot.store.cap_status import CapStatus as CapStatus
+from bot.store.cap_status import utc_day as utc_day
 from bot.store.connection import translated
 from bot.store.keys import QUOTA_TAG, Keys
+from bot.store.quota_scripts import ADMIT, ADMIT_RATE, RAISE, RESERVE, SETTLE
 
 DAY_TTL_S = 4 * 24 * 3600  # a day's counters outlive it: late settles, status, the CLI
 RATE_WINDOW_S = 3600.0
 MESSAGE_TTL_S = 3600
-MICRO = 1_000_000  # cost counters are integer micro-dollars
-
-# What every script that needs today's caps starts with. ``day_of(key, base_t, base_c)``:
-# the day hash's used_t, used_c, cap_t, cap_c (the base caps, '' = none, plus the day's
-# raises; nil = no cap) and reached. ``must_be(key, kind)``: an error reply unless the key
-# is absent or of that type (checked before any write: Lua has no rollback).
-_DAY = """
-local function day_of(key, base_t, base_c)
-  local f = redis.call('HMGET', key, 'tokens', 'cost', 'raised_tokens', 'raised_cost', 'refused')
-  local d = {used_t = tonumber(f[1] or '0'), used_c = tonumber(f[2] or '0')}
-  if base_t ~= '' then d.cap_t = tonumber(base_t) + tonumber(f[3] or '0') end
-  if base_c ~= '' then d.cap_c = tonumber(base_c) + tonumber(f[4] or '0') end
-  d.reached = (f[5] ~= false and f[5] ~= nil)
-    or (d.cap_t ~= nil and d.used_t >= d.cap_t)
-    or (d.cap_c ~= nil and d.used_c >= d.cap_c)
-  return d
-end
-local function must_be(key, kind)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= kind then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' is a ' .. t .. ', not a ' .. kind)
-  end
-end
-"""
-
-# KEYS[1] day hash. ARGV: 1 tokens, 2 cost micro ('' unpriced), 3 token cap ('' none),
-# 4 cost cap micro ('' none), 5 ttl. Returns {'ok'} or {'tokens'|'cost', used_t, cap_t,
-# used_c, cap_c} (-1 for no cap); a refusal marks the day ``refused``.
-_RESERVE = (
-    _DAY
-    + """
-local bad = must_be(KEYS[1], 'hash')
-if bad then return bad end
-local t = tonumber(ARGV[1])
-local d = day_of(KEYS[1], ARGV[3], ARGV[4])
-local over = ''
-if d.cap_t ~= nil and d.used_t + t > d.cap_t then
-  over = 'tokens'
-elseif d.cap_c ~= nil then
-  if ARGV[2] == '' then
-    if d.used_c >= d.cap_c then over = 'cost' end
-  elseif d.used_c + tonumber(ARGV[2]) > d.cap_c then
-    over = 'cost'
-  end
-end
-if over ~= '' then
-  redis.call('HSET', KEYS[1], 'refused', over)
-  redis.call('EXPIRE', KEYS[1], ARGV[5])
-  return {over, d.used_t, d.cap_t or -1, d.used_c, d.cap_c or -1}
-end
-redis.call('HINCRBY', KEYS[1], 'tokens', t)
-if ARGV[2] ~= '' then redis.call('HINCRBY', KEYS[1], 'cost', ARGV[2]) end
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-return {'ok'}
-"""
-)
-
-# KEYS[1] the hold's day hash. ARGV: 1 token delta, 2 cost delta (micro). Never below 0;
-# a day whose counters expired is left alone. Returns 1, or 0 when there was no day.
-_SETTLE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('HINCRBY', KEYS[1], 'tokens', ARGV[1]) < 0 then
-  redis.call('HSET', KEYS[1], 'tokens', 0)
-end
-if ARGV[2] ~= '0' and redis.call('HINCRBY', KEYS[1], 'cost', ARGV[2]) < 0 then
-  redis.call('HSET', KEYS[1], 'cost', 0)
-end
-return 1
-"""
-
-# KEYS[1] day hash, KEYS[2] (optional) an audit outbox LIST. ARGV: 1 token cap ('' none),
-# 2 cost cap micro ('' none), 3 ttl, 4 by, 5 now, 6 '1': only when reached, 7 the audit
-# entry, 8 the outbox's ttl. Returns {'raised'|'not_reached', field, value, …} (the day).
-_RAISE = (
-    _DAY
-    + """
-local bad = must_be(KEYS[1], 'hash')
-if bad then return bad end
-if KEYS[2] then
-  bad = must_be(KEYS[2], 'list')
-  if bad then return bad end
-end
-local d = day_of(KEYS[1], ARGV[1], ARGV[2])
-local verdict = 'raised'
-if ARGV[6] == '1' and not d.reached then
-  verdict = 'not_reached'
-else
-  if ARGV[1] ~= '' then redis.call('HINCRBY', KEYS[1], 'raised_tokens', ARGV[1]) end
-  if ARGV[2] ~= '' then redis.call('HINCRBY', KEYS[1], 'raised_cost', ARGV[2]) end
-  redis.call('HINCRBY', KEYS[1], 'raises', 1)
-  redis.call('HDEL', KEYS[1], 'refused')
-  redis.call('HSET', KEYS[1], 'raised_by', ARGV[4], 'raised_at', ARGV[5])
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-  if KEYS[2] then
-    redis.call('RPUSH', KEYS[2], ARGV[7])
-    redis.call('EXPIRE', KEYS[2], ARGV[8])
-  end
-end
-local out = redis.call('HGETALL', KEYS[1])
-table.insert(out, 1, verdict)
-return out
-"""
-)
-
-# The rate's steps. KEYS[R] the user's ZSET. ARGV (from A): now, window, per hour, member,
-# '1' to count. Sets ``rate`` to {'ok'} / {'dup'} / {'wait', retry at, jobs in window}.
-_RATE = """
-local function rate_of(key, now, window, per_hour, member, count)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  if redis.call('ZSCORE', key, member) then return {'dup'} end
-  local n = redis.call('ZCARD', key)
-  if n >= per_hour then
-    local first = redis.call('ZRANGE', key, n - per_hour, n - per_hour, 'WITHSCORES')
-    return {'wait', tostring(tonumber(first[2]) + window), n}
-  end
-  if count then
-    redis.call('ZADD', key, now, member)
-    redis.call('ZREMRANGEBYRANK', key, 0, -(per_hour + 1))
-    redis.call('EXPIRE', key, math.ceil(window) + 60)
-  end
-  return {'ok', n + 1}
-end
-"""
-
-# KEYS[1] the user's ZSET. ARGV: 1 now, 2 window, 3 per hour, 4 member, 5 '1' to count.
-_ADMIT_RATE = (
-    _DAY
-    + _RATE
-    + """
-local bad = must_be(KEYS[1], 'zset')
-if bad then return bad end
-return rate_of(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4],
-               ARGV[5] == '1')
-"""
-)
-
-# KEYS: 1 day hash, 2 the user's ZSET, 3 the message's key. ARGV: 1 token cap ('' none),
-# 2 cost cap micro ('' none), 3 now, 4 window, 5 per hour (0: no rate), 6 member, 7 the
-# message key's ttl. Returns {'ok'}, {'cap', first, field, value, …} (the day) or
-# {'wait', first, retry at, n}; ``first``: 1 unless this message was refused before.
-_ADMIT = (
-    _DAY
-    + _RATE
-    + """
-local bad = must_be(KEYS[1], 'hash') or must_be(KEYS[2], 'zset') or must_be(KEYS[3], 'string')
-if bad then return bad end
-local seen = redis.call('GET', KEYS[3])
-if seen == 'ok' then return {'ok'} end
-local first = 1
-if seen == 'refused' then first = 0 end
-if ARGV[1] ~= '' or ARGV[2] ~= '' then
-  local d = day_of(KEYS[1], ARGV[1], ARGV[2])
-  if d.reached then
-    redis.call('SET', KEYS[3], 'refused', 'EX', ARGV[7])
-    local out = redis.call('HGETALL', KEYS[1])
-    table.insert(out, 1, first)
-    table.insert(out, 1, 'cap')
-    return out
-  end
-end
-if tonumber(ARGV[5]) > 0 then
-  local r = rate_of(KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
-                    ARGV[6], true)
-  if r[1] == 'wait' then
-    redis.call('SET', KEYS[3], 'refused', 'EX', ARGV[7])
-    return {'wait', first, r[2], r[3]}
-  end
-end
-redis.call('SET', KEYS[3], 'ok', 'EX', ARGV[7])
-return {'ok'}
-"""
-)
 
 
 def day_key(keys: Keys, day: str) -> str:
@@ -235,87 +64,9 @@ def message_key(keys: Keys, message: str) -> str:
     return keys.quota(f"msg:{message}")
 
 
-def utc_day(now: float) -> str:
-    """The UTC date of ``now`` (``2026-12-01``): the day a cap counts."""
-    return datetime.fromtimestamp(now, UTC).date().isoformat()
-
-
-def to_micro(usd: float) -> int:
-    """Dollars as integer micro-dollars, rounded up (a reservation errs on the safe side)."""
-    return math.ceil(round(usd * MICRO, 6))
-
-
-def usd(micro: int) -> str:
-    """``$1,234.57``; cents below a dollar get more digits (``$0.0042``)."""
-    value = micro / MICRO
-    return f"${value:,.2f}" if value >= 1 or value == 0 else f"${value:.4f}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CapStatus:
-    """One UTC day of the workspace's caps (``cap`` = the base cap plus today's raises;
-    ``None``: no such cap)."""
-
-    day: str
-    tokens_used: int
-    tokens_cap: int | None
-    cost_used_micro: int
-    cost_cap_micro: int | None
-    raised_tokens: int
-    raised_cost_micro: int
-    raises: int
-    refused: bool  # a call found no room since the last raise
-    raised_by: str | None = None
-
-    @property
-    def cost_used_usd(self) -> float:
-        return self.cost_used_micro / MICRO
-
-    @property
-    def cost_cap_usd(self) -> float | None:
-        return None if self.cost_cap_micro is None else self.cost_cap_micro / MICRO
-
-    @property
-    def raised_cost_usd(self) -> float:
-        return self.raised_cost_micro / MICRO
-
-    @property
-    def reached(self) -> bool:
-        """New jobs wait, and an approver may raise the day (the scripts' definition)."""
-        return (
-            self.refused
-            or (self.tokens_cap is not None and self.tokens_used >= self.tokens_cap)
-            or (self.cost_cap_micro is not None and self.cost_used_micro >= self.cost_cap_micro)
-        )
-
-    def figures(self) -> str:
-        """``996,316 of 1,000,000 tokens and $4.10 of $10.00`` (the caps that are set)."""
-        parts = []
-        if self.tokens_cap is not None:
-            parts.append(f"{self.tokens_used:,} of {self.tokens_cap:,} tokens")
-        if self.cost_cap_micro is not None:
-            parts.append(f"{usd(self.cost_used_micro)} of {usd(self.cost_cap_micro)}")
-        return " and ".join(parts) or f"{self.tokens_used:,} tokens"
-
-
-def _status(day: str, flat: list[object], base_t: int | None, base_c: int | None) -> CapStatus:
-    fields = {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
-
-    def num(name: str) -> int:
-        return int(fields.get(name) or 0)
-
-    return CapStatus(
-        day=day,
-        tokens_used=num("tokens"),
-        tokens_cap=None if base_t is None else base_t + num("raised_tokens"),
-        cost_used_micro=num("cost"),
-        cost_cap_micro=None if base_c is None else base_c + num("raised_cost"),
-        raised_tokens=num("raised_tokens"),
-        raised_cost_micro=num("raised_cost"),
-        raises=num("raises"),
-        refused=bool(fields.get("refused")),
-        raised_by=fields.get("raised_by") or None,
-    )
+def _fields(flat: Sequence[object]) -> dict[str, str]:
+    """A hash as a script returns it (a flat field/value list)."""
+    return {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,9 +107,9 @@ class DailyCaps:
         self.cost_usd = cost_usd
         self._base_c = None if cost_usd is None else to_micro(cost_usd)
         self.now = now
-        self._reserve = redis.register_script(_RESERVE)
-        self._settle = redis.register_script(_SETTLE)
-        self._raise = redis.register_script(_RAISE)
+        self._reserve = redis.register_script(RESERVE)
+        self._settle = redis.register_script(SETTLE)
+        self._raise = redis.register_script(RAISE)
 
     def day_key(self, day: str) -> str:
         return day_key(self._keys, day)
@@ -375,6 +126,27 @@ class DailyCaps:
             "" if self.tokens is None else str(self.tokens),
             "" if self._base_c is None else str(self._base_c),
         ]
+
+    def status_of(self, day: str, fields: Mapping[str, str]) -> CapStatus:
+        """The day whose hash holds ``fields``: its counters, and these base caps plus
+        the day's raises."""
+
+        def num(name: str) -> int:
+            return int(fields.get(name) or 0)
+
+        base_t, base_c = self.tokens, self._base_c
+        return CapStatus(
+            day=day,
+            tokens_used=num("tokens"),
+            tokens_cap=None if base_t is None else base_t + num("raised_tokens"),
+            cost_used_micro=num("cost"),
+            cost_cap_micro=None if base_c is None else base_c + num("raised_cost"),
+            raised_tokens=num("raised_tokens"),
+            raised_cost_micro=num("raised_cost"),
+            raises=num("raises"),
+            refused=bool(fields.get("refused")),
+            raised_by=fields.get("raised_by") or None,
+        )
 
     async def reserve(self, tokens: int, cost_usd: float | None) -> SpendHold | SpendRefused:
         """Set aside ``tokens`` (and ``cost_usd``) for one call in today's counters, or
@@ -424,9 +196,8 @@ class DailyCaps:
         """Today's counters and caps (one read)."""
         day = utc_day(self.now())
         async with translated("daily cap status"):
-            flat = await self._redis.hgetall(self.day_key(day))
-        pairs: list[object] = [x for kv in flat.items() for x in kv]
-        return _status(day, pairs, self.tokens, self._base_c)
+            got = await self._redis.hgetall(self.day_key(day))
+        return self.status_of(day, {_str(k): _str(v) for k, v in got.items()})
 
     async def raise_for_day(
         self,
@@ -466,7 +237,7 @@ class DailyCaps:
                 # hint to an empty outbox, never an entry nobody looks for.
                 await self._redis.zadd(self._keys.audit_pending_of(QUOTA_TAG), {QUOTA_TAG: now})
             reply = await self._raise(keys=keys, args=args)
-        status = _status(day, list(reply[1:]), self.tokens, self._base_c)
+        status = self.status_of(day, _fields(reply[1:]))
         return Raised(status) if _str(reply[0]) == "raised" else NotReached(status)
 
 
@@ -488,7 +259,7 @@ class JobRate:
         self.per_hour = per_hour
         self.window_s = window_s
         self.now = now
-        self._script = redis.register_script(_ADMIT_RATE)
+        self._script = redis.register_script(ADMIT_RATE)
 
     def user_key(self, user: str) -> str:
         return jobs_key(self._keys, user)
@@ -576,7 +347,7 @@ class JobAdmission:
         self.caps = caps
         self.rate = rate
         self.now = now
-        self._script = redis.register_script(_ADMIT)
+        self._script = redis.register_script(ADMIT)
 
     @property
     def active(self) -> bool:
@@ -610,7 +381,7 @@ class JobAdmission:
             )
         verdict = _str(reply[0])
         if verdict == "cap" and caps is not None:
-            status = _status(day, list(reply[2:]), caps.tokens, _base_micro(caps))
+            status = caps.status_of(day, _fields(reply[2:]))
             return CapReached(status, first=int(reply[1]) == 1)
         if verdict == "wait":
             return RateLimited(
@@ -622,10 +393,6 @@ class JobAdmission:
         if verdict != "ok":
             raise StoreError(f"job admission: unexpected reply {reply!r}")
         return Admitted()
-
-
-def _base_micro(caps: DailyCaps) -> int | None:
-    return None if caps.cost_usd is None else to_micro(caps.cost_usd)
 
 
 def _str(value: object) -> str:
