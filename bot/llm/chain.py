@@ -11,7 +11,7 @@ chain forward on transient failures, each model at most once per job.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 import httpx
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 Provider = Literal["openai", "anthropic"]
 PREFIXES: tuple[Provider, ...] = ("openai", "anthropic")
+_BY_PREFIX: dict[str, Provider] = {provider: provider for provider in PREFIXES}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +42,15 @@ class ModelSpec:
         return f"ModelSpec({self.label!r} at {self.base_url})"
 
 
+def split_prefix(name: str) -> tuple[Provider | None, str]:
+    """A chain name's provider prefix and the model after it (stripped, maybe empty):
+    ``anthropic:claude-x`` → (``anthropic``, ``claude-x``); a bare name (``gpt-4o``,
+    ``llama3.1:8b``) → (``None``, the name)."""
+    prefix, colon, rest = name.partition(":")
+    provider = _BY_PREFIX.get(prefix) if colon else None
+    return (provider, rest.strip()) if provider is not None else (None, name)
+
+
 def parse_chain(settings: LLMSettings) -> list[ModelSpec]:
     """The primary model and its fallbacks, in order; ``ConfigError`` on a bad entry."""
     if not settings.model:
@@ -52,40 +62,27 @@ def parse_chain(settings: LLMSettings) -> list[ModelSpec]:
         api_key=settings.api_key,
         label=settings.model,
     )
+    endpoints = {
+        "openai": (settings.openai_base_url, settings.openai_api_key),
+        "anthropic": (settings.anthropic_base_url, settings.anthropic_api_key),
+    }
     chain = [primary]
     for raw in settings.fallback_models.split(","):
         item = raw.strip()
         if not item:
             continue
-        prefix, colon, rest = item.partition(":")
-        if colon and prefix in PREFIXES:
-            if not rest.strip():
-                raise ConfigError(f"LLM_FALLBACK_MODELS: {item!r} names no model")
-            if prefix == "openai":
-                spec = ModelSpec(
-                    provider="openai",
-                    model=rest.strip(),
-                    base_url=settings.openai_base_url,
-                    api_key=settings.openai_api_key,
-                    label=item,
-                )
-            else:
-                spec = ModelSpec(
-                    provider="anthropic",
-                    model=rest.strip(),
-                    base_url=settings.anthropic_base_url,
-                    api_key=settings.anthropic_api_key,
-                    label=item,
-                )
-        else:
-            spec = ModelSpec(
-                provider=primary.provider,
-                model=item,
-                base_url=primary.base_url,
-                api_key=primary.api_key,
-                label=item,
+        provider, model = split_prefix(item)
+        if provider is None:  # a bare name: the primary's endpoint and provider
+            chain.append(replace(primary, model=item, label=item))
+            continue
+        if not model:
+            raise ConfigError(f"LLM_FALLBACK_MODELS: {item!r} names no model")
+        base_url, api_key = endpoints[provider]
+        chain.append(
+            ModelSpec(
+                provider=provider, model=model, base_url=base_url, api_key=api_key, label=item
             )
-        chain.append(spec)
+        )
     return chain
 
 

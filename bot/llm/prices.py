@@ -40,12 +40,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.agent.messages import Usage
 from bot.errors import ConfigError
+from bot.llm.chain import split_prefix
 from bot.settings import LLMSettings
 
 log = logging.getLogger(__name__)
 
 TABLE = "genai-prices"
-PREFIXES = ("openai", "anthropic")  # the chain's provider prefixes (``bot.llm.chain``)
 MTOK = 1_000_000
 
 _said_unknown: set[str] = set()  # models already said to have no price (once per process)
@@ -216,9 +216,9 @@ class PriceTable:
 def split_name(name: str, provider_hint: str | None) -> tuple[str | None, str]:
     """(provider, model) of a chain name: ``anthropic:claude-x`` → (anthropic, claude-x);
     a bare name (``gpt-4o``, ``llama3.1:8b``) → (``provider_hint``, name)."""
-    prefix, colon, rest = name.partition(":")
-    if colon and prefix in PREFIXES and rest.strip():
-        return prefix, rest.strip()
+    provider, model = split_prefix(name)
+    if provider is not None and model:
+        return provider, model
     return provider_hint, name
 
 
