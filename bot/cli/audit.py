@@ -15,16 +15,18 @@ Exit 2 for input it cannot read, 1 when Redis fails or the chain is broken.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import re
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from bot.agent.redact import redact_secrets
 from bot.errors import ConfigError, StoreError
-from bot.store.audit import AuditEntry, AuditLog, Stored
+from bot.store.audit import AuditEntry, AuditLog, AuditQuery, Stored
 from bot.store.audit_entry import short_detail
 from bot.store.connection import RedisTarget, connect
 from bot.store.keys import Keys
@@ -43,12 +45,18 @@ COLUMNS_END = (("outcome", 10), ("detail", DETAIL_CHARS))
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Query:
+    """The filters as read from the command line (times as epoch seconds)."""
+
     since: float | None = None
     until: float | None = None
     user: str | None = None
     tool: str | None = None
     channel: str | None = None
     job: str | None = None
+
+    def filters(self) -> AuditQuery:
+        """The filters as ``AuditLog.matching`` takes them (the same names)."""
+        return cast(AuditQuery, dataclasses.asdict(self))
 
 
 def parse_time(text: str, *, now: float) -> float:
@@ -65,19 +73,13 @@ def parse_time(text: str, *, now: float) -> float:
     return moment.timestamp()
 
 
-def parse_query(
-    *,
-    since: str | None = None,
-    until: str | None = None,
-    user: str | None = None,
-    tool: str | None = None,
-    channel: str | None = None,
-    job: str | None = None,
-    now: float,
-) -> Query:
-    """The filters as given on the command line; ``ValueError`` naming the bad flag."""
+def parse_query(*, now: float, **flags: str | None) -> Query:
+    """The filters as given on the command line (``since``, ``until``: a time; ``user``,
+    ``tool``, ``channel``, ``job``: a name; ``None``: not given); ``ValueError`` naming
+    the bad flag."""
     times: dict[str, float | None] = {}
-    for flag, text in (("since", since), ("until", until)):
+    for flag in ("since", "until"):
+        text = flags.pop(flag, None)
         try:
             times[flag] = None if text is None else parse_time(text, now=now)
         except ValueError as exc:
@@ -85,10 +87,10 @@ def parse_query(
     start, end = times["since"], times["until"]
     if start is not None and end is not None and start > end:
         raise ValueError("--since is later than --until")
-    for flag, value in (("user", user), ("tool", tool), ("channel", channel), ("job", job)):
+    for flag, value in flags.items():
         if value is not None and not value.strip():
             raise ValueError(f"--{flag}: empty")
-    return Query(since=start, until=end, user=user, tool=tool, channel=channel, job=job)
+    return Query(since=start, until=end, **flags)
 
 
 # -- rendering ------------------------------------------------------------------------
@@ -139,14 +141,7 @@ async def _query(
     redis = connect(url, max_connections=2)
     try:
         count = 0
-        async for stored in AuditLog(redis, keys).matching(
-            since=query.since,
-            until=query.until,
-            user=query.user,
-            tool=query.tool,
-            channel=query.channel,
-            job=query.job,
-        ):
+        async for stored in AuditLog(redis, keys).matching(**query.filters()):
             emit(stored)
             count += 1
         return count
@@ -168,23 +163,12 @@ def _usage_error(message: str) -> int:
     return 2
 
 
-def main(
-    action: str | None = None,
-    *,
-    since: str | None = None,
-    until: str | None = None,
-    user: str | None = None,
-    tool: str | None = None,
-    channel: str | None = None,
-    job: str | None = None,
-    as_json: bool = False,
-) -> int:
+def main(action: str | None = None, *, as_json: bool = False, **filters: str | None) -> int:
     """Print the entries (0), or verify the chain (0 ok, 1 broken); 1 when Redis fails,
-    2 when the input or a variable cannot be read."""
+    2 when the input or a variable cannot be read. ``filters``: the flags of
+    ``parse_query``, as given."""
     from bot.settings import load_bot_settings
 
-    filters = {"since": since, "until": until, "user": user, "tool": tool}
-    filters |= {"channel": channel, "job": job}
     if action == "verify" and (as_json or any(v is not None for v in filters.values())):
         return _usage_error("verify checks the whole log: it takes no filters and no --json")
     try:

@@ -436,20 +436,16 @@ class AuditLog:
             async for stored in found:
                 yield stored.entry
 
-    async def matching(
-        self,
-        *,
-        since: float | None = None,
-        until: float | None = None,
-        user: str | None = None,
-        tool: str | None = None,
-        channel: str | None = None,
-        job: str | None = None,
-        limit: int | None = None,
-    ) -> AsyncGenerator[Stored, None]:
+    async def matching(self, **query: Unpack[AuditQuery]) -> AsyncGenerator[Stored, None]:
         """``entries`` with each one's stream id and exact JSON (for export)."""
-        user = bare_user(user) if user else None
-        wanted = {"actor": user, "tool": tool, "channel": channel, "job_id": job}
+        since, until, limit = query.get("since"), query.get("until"), query.get("limit")
+        user = query.get("user")
+        wanted = {
+            "actor": bare_user(user) if user else None,
+            "tool": query.get("tool"),
+            "channel": query.get("channel"),
+            "job_id": query.get("job"),
+        }
         wanted = {k: v for k, v in wanted.items() if v is not None}
         found = 0
         async with aclosing(self.records(since=since, until=until)) as records:
