@@ -21,7 +21,7 @@ from aiohttp import web
 
 from bot.dev.page import EmulatorError, json_response
 from bot.emulator.sender import app_home_opened, assistant_thread_event, im_event
-from bot.emulator.slack import MAX_MESSAGE_TEXT, Message
+from bot.emulator.slack import Message
 from bot.emulator.slack_assistant import AssistantState
 
 ROOT_TEXT = "New Assistant Thread"
@@ -36,7 +36,7 @@ class Workspace(Protocol):
 
     def user(self, user_id: str) -> object: ...
 
-    def compose(self, typed: str) -> str: ...
+    def compose_post(self, typed: str) -> str: ...
 
     def add_message(
         self, channel: str, ts: str | None, user: str, text: str, thread_ts: str | None = None
@@ -92,11 +92,7 @@ class DevPane:
         """Post ``text`` in the pane thread as ``user_id`` and deliver it; its ts."""
         space = self.workspace
         space.user(user_id)
-        composed = space.compose(text)
-        if not composed.strip():
-            raise EmulatorError("no_text")
-        if len(composed) > MAX_MESSAGE_TEXT:
-            raise EmulatorError("msg_too_long")
+        composed = space.compose_post(text)
         channel = dm_of(user_id)
         if not any(m.ts == thread_ts for m in space.messages(channel)):
             raise EmulatorError("thread_not_found")

@@ -18,6 +18,8 @@ This module owns the workspace's state and when things happen; the parts live be
 - ``bot.emulator.sender``: events and clicks as Slack sends them, signed, with the 3 s ack
   timeout and Slack's retries (``X-Slack-Retry-Num``, ``X-Slack-No-Retry``).
 - ``bot.dev.page``: the page (``/``, ``/ui/…``), its guard and its server-sent event stream.
+- ``bot.dev.pane``: the assistant pane and App Home of each dev user.
+- ``bot.dev.response_urls``: the ``response_url`` of each click, its lifetime and uses.
 
 A message mentioning the bot goes out twice, as ``app_mention`` and as ``message`` (two event
 ids, same channel and ts), each delivery on its own. The bot's own posts are not echoed back to
@@ -38,29 +40,26 @@ clients and their queues (``bot.dev.page``), deliveries in flight and their retr
 from __future__ import annotations
 
 import asyncio
-import secrets
-import time
 from collections import deque
 from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from yarl import URL
 
 from bot.dev.page import (
     STATIC_DIR,
     EmulatorError,
     PageRoutes,
-    StreamHub,
     html_safe_json,
     is_loopback,
     security_headers,
-    ui_ephemeral,
 )
+from bot.dev.page_feed import PageFeed
 from bot.dev.pane import DevPane
 from bot.dev.people import Composer, DevUser, rich_text
+from bot.dev.response_urls import PATH as RESPONSE_URL_PATH
+from bot.dev.response_urls import ResponseUrl, ResponseUrls
 from bot.emulator.alert_posts import alertmanager_firing
 from bot.emulator.sender import (
     ACK_TIMEOUT_S,
@@ -93,33 +92,19 @@ from bot.emulator.slack import (
     Reply,
     block_errors,
 )
+from bot.emulator.slack_chat import TsClock, ts_order
 
 MAX_MESSAGES = 1_000  # the oldest are dropped beyond this (a `delete` event tells the page)
-MAX_EPHEMERALS = 500
 MAX_CALLS = 2_000  # Web API calls remembered in `calls`
 MAX_DELIVERIES = 1_000  # delivery attempts remembered in `deliveries`
 MAX_IN_FLIGHT = 200  # event deliveries (with their retries) running at once
-MAX_RESPONSE_URLS = 1_000
-RESPONSE_URL_TTL_S = 30 * 60
-RESPONSE_URL_USES = 5
 MAX_BODY_BYTES = 1024 * 1024
 SHUTDOWN_TIMEOUT_S = 2.0
-STATUS_TTL_S = 120.0  # an assistant thread status clears itself after 2 minutes
 
 _EDIT_METHODS = frozenset({"chat.update", "chat.appendStream", "chat.stopStream"})
 PANE_METHODS = frozenset(
     {"assistant.threads.setSuggestedPrompts", "assistant.threads.setTitle", "views.publish"}
 )
-
-
-@dataclass
-class _ResponseUrl:
-    channel: str
-    message_ts: str
-    thread_ts: str | None
-    user: str
-    expires: float
-    uses: int = 0
 
 
 class Emulator(FakeSlack):
@@ -147,6 +132,7 @@ class Emulator(FakeSlack):
             host=host,
             users={u.id: u.name for u in people.users},
             channels={channel_id: channel_name},
+            clock=TsClock(wall=True),  # the page shows when each message was posted
         )
         if not signing_secret:
             raise ValueError("the signing secret must not be empty")
@@ -161,12 +147,10 @@ class Emulator(FakeSlack):
         self.retry_delays: tuple[float, ...] = RETRY_DELAYS_S
         self.deliveries: deque[Delivery] = deque(maxlen=MAX_DELIVERIES)
         self._port_wanted = port
-        self._hub = StreamHub()
-        self._page = PageRoutes(self, self._hub, loopback=is_loopback(host))
-        self._streamed: set[tuple[str, str]] = set()
+        self._feed = PageFeed(self._state)
+        self._page = PageRoutes(self, self._feed.hub, loopback=is_loopback(host))
         self._tasks: set[asyncio.Task[None]] = set()
-        self._response_urls: dict[str, _ResponseUrl] = {}
-        self._status_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._response_urls = ResponseUrls()
         self._session: aiohttp.ClientSession | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -176,20 +160,20 @@ class Emulator(FakeSlack):
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._page.guard])
         app.on_response_prepare.append(security_headers)
         app.router.add_route("*", "/api/{method}", self._handle)
-        app.router.add_post("/actions/{token}", self._response_url)
+        app.router.add_post(RESPONSE_URL_PATH, self._response_url)
         self._page.add_to(app)
         DevPane(self).add_to(app)  # the assistant pane and App Home (bot.dev.pane)
         self._session = aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}, trust_env=False)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
-        await runner.setup()
         try:
-            await web.TCPSite(runner, self._host, self._port_wanted).start()
+            self._port = await self._server.start(
+                app,
+                host=self._host,
+                port=self._port_wanted,
+                shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            )
         except OSError:
-            await runner.cleanup()
             await self._session.close()
             raise
-        self._runner = runner
-        self._port = runner.addresses[0][1]
 
     async def stop(self) -> None:
         """Cancel deliveries, end the streams, close everything (idempotent)."""
@@ -197,10 +181,7 @@ class Emulator(FakeSlack):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._hub.close()
-        for timer in self._status_timers.values():
-            timer.cancel()
-        self._status_timers.clear()
+        self._feed.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -235,6 +216,16 @@ class Emulator(FakeSlack):
         """
         return self._people.compose(typed)
 
+    def compose_post(self, typed: str) -> str:
+        """:meth:`compose`, refused as Slack's client refuses a post (:class:`EmulatorError`
+        ``no_text`` for blanks only, ``msg_too_long`` over Slack's limit)."""
+        composed = self.compose(typed)
+        if not composed.strip():
+            raise EmulatorError("no_text")
+        if len(composed) > MAX_MESSAGE_TEXT:
+            raise EmulatorError("msg_too_long")
+        return composed
+
     def mentions_bot(self, text: str) -> bool:
         return self._people.mentions_bot(text)
 
@@ -248,11 +239,7 @@ class Emulator(FakeSlack):
         ``thread_not_found``, ``too_many_deliveries``).
         """
         self.user(user_id)
-        composed = self.compose(text)
-        if not composed.strip():
-            raise EmulatorError("no_text")
-        if len(composed) > MAX_MESSAGE_TEXT:
-            raise EmulatorError("msg_too_long")
+        composed = self.compose_post(text)
         channel = self.channel_id
         parent: Message | None = None
         if thread_ts:
@@ -266,7 +253,7 @@ class Emulator(FakeSlack):
         ts = self.add_message(channel, None, user_id, composed, parent.ts if parent else None)
         stored = self._state.messages[(channel, ts)]
         stored.blocks = [rich_text(composed)]
-        self._publish("message", self._ui_message(stored))
+        self._feed.posted(stored)
         self._evict()
         events = []
         base = human_event(stored, parent)
@@ -291,15 +278,12 @@ class Emulator(FakeSlack):
         ``button_not_found`` (404) when there is nothing to click.
         """
         user = self.user(user_id)
-        held = self._state.messages.get((channel, message_ts))
-        if held is None:
-            raise EmulatorError("message_not_found", status=404)
+        held = self._clicked(channel, message_ts)
         found = find_button(held.blocks, action_id=action_id, value=value)
         found = found or find_feedback_value(held.blocks, action_id=action_id, value=value)
         if found is None:
             raise EmulatorError("button_not_found", status=404)
         block_id, button = found
-        response_url = self._new_response_url(channel, held, user.id)
         payload = block_actions(
             user_id=user.id,
             user_name=user.name,
@@ -310,14 +294,9 @@ class Emulator(FakeSlack):
             thread_ts=held.thread_ts,
             block_id=block_id,
             button=button,
-            response_url=response_url,
+            response_url=self._response_urls.new(self.api_url, channel, held, user.id),
         )
-        body, headers = form_body(payload)
-        status, reason, _ = await self._send(body, headers)
-        self._record(Delivery("click", "block_actions", None, held.ts, 0, status, reason))
-        async with self._changed:
-            self._changed.notify_all()
-        return status
+        return await self._interact(payload, held)
 
     async def shortcut_as(
         self, user_id: str, channel: str, message_ts: str, callback_id: str
@@ -326,9 +305,7 @@ class Emulator(FakeSlack):
         message as ``user_id``: a signed ``message_action``; the bot's HTTP status, as
         :meth:`click_as` returns it (``message_not_found``: 404)."""
         user = self.user(user_id)
-        held = self._state.messages.get((channel, message_ts))
-        if held is None:
-            raise EmulatorError("message_not_found", status=404)
+        held = self._clicked(channel, message_ts)
         payload = message_action(
             callback_id=callback_id,
             user_id=user.id,
@@ -336,11 +313,21 @@ class Emulator(FakeSlack):
             channel=channel,
             channel_name=self._channel_name(channel),
             message=held.as_slack(),
-            response_url=self._new_response_url(channel, held, user.id),
+            response_url=self._response_urls.new(self.api_url, channel, held, user.id),
         )
+        return await self._interact(payload, held)
+
+    def _clicked(self, channel: str, message_ts: str) -> Message:
+        held = self._state.messages.get((channel, message_ts))
+        if held is None:
+            raise EmulatorError("message_not_found", status=404)
+        return held
+
+    async def _interact(self, payload: dict[str, Any], held: Message) -> int:
+        """Send a click's or a shortcut's payload to the bot; its HTTP status."""
         body, headers = form_body(payload)
         status, reason, _ = await self._send(body, headers)
-        self._record(Delivery("click", "message_action", None, held.ts, 0, status, reason))
+        self._record(Delivery("click", payload["type"], None, held.ts, 0, status, reason))
         async with self._changed:
             self._changed.notify_all()
         return status
@@ -349,7 +336,7 @@ class Emulator(FakeSlack):
         """Post the demo Alertmanager alert in the channel, as its incoming webhook would (a
         bot's post: it starts nothing until someone mentions opsloop or uses the shortcut)."""
         ts = self.add_post(self.channel_id, alertmanager_firing(host="web"))
-        self._publish("message", self._ui_message(self._state.messages[(self.channel_id, ts)]))
+        self._feed.posted(self._state.messages[(self.channel_id, ts)])
         self._evict()
         return ts
 
@@ -367,34 +354,8 @@ class Emulator(FakeSlack):
     def state(self, user_id: str | None = None) -> dict[str, Any]:
         """The channel as the page shows it to ``user_id``: messages with their reactions,
         assistant statuses, and only that user's ephemerals (none without a user)."""
-        channel = self.channel_id
-        ephemerals = self.ephemerals(channel, user_id) if user_id else []
-        statuses = [
-            {"channel": c, "thread_ts": t, "status": s}
-            for (c, t), s in self._state.statuses.items()
-            if c == channel and s
-        ]
-        return {
-            "seq": self._hub.seq,
-            "channel": {"id": channel, "name": self.channel_name},
-            "messages": [self._ui_message(m) for m in self.messages(channel)],
-            "ephemerals": [ui_ephemeral(e) for e in ephemerals],
-            "statuses": statuses,
-        }
-
-    def _ui_message(self, message: Message) -> dict[str, Any]:
-        out = message.as_slack()
-        key = (message.channel, message.ts)
-        out.update(
-            channel=message.channel,
-            streaming=message.streaming,
-            streamed=key in self._streamed,
-            reactions=[
-                {"name": name, "users": [BOT_USER_ID], "count": 1}
-                for name in self._state.reactions.get(key, [])
-            ],
-        )
-        return out
+        ephemerals = self.ephemerals(self.channel_id, user_id) if user_id else []
+        return self._feed.snapshot(self.channel_id, self.channel_name, ephemerals)
 
     def _channel_name(self, channel: str) -> str:
         return self.channel_name if channel == self.channel_id else channel.lower()
@@ -412,94 +373,38 @@ class Emulator(FakeSlack):
         return status, headers, body
 
     def _changed_by(self, method: str, params: Params, body: Reply) -> None:
+        feed = self._feed
         if method in ("chat.postMessage", "chat.startStream"):
-            key = (str(body["channel"]), str(body["ts"]))
-            if method == "chat.startStream":
-                self._streamed.add(key)
-            message = self._state.messages[key]
-            self._publish("message", self._ui_message(message))
+            message = self._state.messages[(str(body["channel"]), str(body["ts"]))]
+            feed.posted(message, streamed=method == "chat.startStream")
             if message.thread_ts:  # Slack clears the assistant status when the app replies
-                self._show_status(message.channel, message.thread_ts, "")
+                feed.show_status(message.channel, message.thread_ts, "")
             self._evict()
         elif method == "chat.delete":
-            self._publish("delete", {"channel": str(body["channel"]), "ts": str(body["ts"])})
+            feed.deleted(str(body["channel"]), str(body["ts"]))
         elif method in _EDIT_METHODS:
-            key = (str(body["channel"]), str(body["ts"]))
-            self._publish("update", self._ui_message(self._state.messages[key]))
+            feed.updated(self._state.messages[(str(body["channel"]), str(body["ts"]))])
         elif method == "files.completeUploadExternal":  # a file shared: a new message
             for message in self.files.shared(body):
-                self._publish("message", self._ui_message(message))
+                feed.posted(message)
         elif method == "chat.postEphemeral":
-            self._published_ephemeral(self._state.ephemerals[-1])
+            feed.ephemeral(self._state.ephemerals[-1])
         elif method == "reactions.add":
-            channel, ts = str(params["channel"]), str(params["timestamp"])
-            self._publish(
-                "reaction",
-                {
-                    "channel": channel,
-                    "ts": ts,
-                    "name": params["name"],
-                    "user": BOT_USER_ID,
-                    "reactions": self.reactions(channel, ts),
-                },
-            )
+            feed.reacted(str(params["channel"]), str(params["timestamp"]), params["name"])
         elif method in PANE_METHODS:  # prompts, a title, a home: the page asks again
-            self._publish("pane", {"method": method, "user": params.get("user_id")})
+            feed.publish("pane", {"method": method, "user": params.get("user_id")})
         elif method == "assistant.threads.setStatus":
             channel, thread_ts = str(params["channel_id"]), str(params["thread_ts"])
             status = self._state.statuses.get((channel, thread_ts), "")
-            self._show_status(channel, thread_ts, status, told=True)
-
-    def _show_status(
-        self, channel: str, thread_ts: str, status: str, *, told: bool = False
-    ) -> None:
-        """An assistant thread status, cleared after STATUS_TTL_S as Slack does; the page
-        hears of it when it was set (``told``) or when what it shows changes."""
-        key = (channel, thread_ts)
-        timer = self._status_timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
-        shown = bool(self._state.statuses.get(key))
-        if status:
-            self._state.statuses[key] = status
-            loop = asyncio.get_running_loop()
-            self._status_timers[key] = loop.call_later(
-                STATUS_TTL_S, self._show_status, channel, thread_ts, ""
-            )
-        else:
-            self._state.statuses.pop(key, None)
-        if told or status or shown:
-            self._publish("status", {"channel": channel, "thread_ts": thread_ts, "status": status})
-
-    def _published_ephemeral(self, ephemeral: Ephemeral) -> None:
-        ephemerals = self._state.ephemerals
-        if len(ephemerals) > MAX_EPHEMERALS:
-            del ephemerals[: len(ephemerals) - MAX_EPHEMERALS]
-        self._publish("ephemeral", ui_ephemeral(ephemeral), audience=ephemeral.user)
-
-    def _next_ts(self) -> str:
-        # Wall-clock timestamps (the page shows times), strictly increasing.
-        self._clock_us = max(self._clock_us + 1, time.time_ns() // 1_000)
-        return f"{self._clock_us // 1_000_000}.{self._clock_us % 1_000_000:06d}"
+            feed.show_status(channel, thread_ts, status, told=True)
 
     def _evict(self) -> None:
         held = self._state.messages
         if len(held) <= MAX_MESSAGES:
             return
-        oldest = sorted(held, key=lambda key: _ts_order(key[1]))[: len(held) - MAX_MESSAGES]
+        oldest = sorted(held, key=lambda key: ts_order(key[1]))[: len(held) - MAX_MESSAGES]
         for channel, ts in oldest:
-            del held[(channel, ts)]
-            self._state.reactions.pop((channel, ts), None)
-            self._state.statuses.pop((channel, ts), None)
-            timer = self._status_timers.pop((channel, ts), None)
-            if timer is not None:
-                timer.cancel()
-            self._streamed.discard((channel, ts))
-            self._publish("delete", {"channel": channel, "ts": ts})
-
-    def _publish(self, kind: str, data: Mapping[str, Any], audience: str | None = None) -> None:
-        """Send an event to every page stream (only ``audience``'s, if given), in order."""
-        self._hub.publish(kind, data, audience)
+            self._feed.dropped(channel, ts)
 
     # ---- delivery to the bot ---------------------------------------------------------------
 
@@ -542,62 +447,26 @@ class Emulator(FakeSlack):
     def _record(self, delivery: Delivery) -> None:
         self.deliveries.append(delivery)
         retries = min(len(self.retry_delays), MAX_RETRIES) if delivery.kind == "event" else 0
-        data = {
-            "kind": delivery.kind,
-            "type": delivery.type,
-            "event_id": delivery.event_id,
-            "ts": delivery.ts,
-            "attempt": delivery.attempt,
-            "retries": retries,
-            "status": delivery.status,
-            "ok": delivery.ok,
-            "reason": delivery.reason,
-        }
-        self._publish("delivery", data)
+        self._feed.delivery(delivery, retries=retries)
 
     # ---- response_url ----------------------------------------------------------------------
 
-    def _new_response_url(self, channel: str, message: Message, user: str) -> str:
-        now = time.monotonic()
-        urls = self._response_urls
-        for token in [t for t, u in urls.items() if u.expires <= now]:
-            del urls[token]
-        while len(urls) >= MAX_RESPONSE_URLS:
-            del urls[next(iter(urls))]
-        token = secrets.token_urlsafe(18)
-        urls[token] = _ResponseUrl(
-            channel, message.ts, message.thread_ts, user, now + RESPONSE_URL_TTL_S
-        )
-        return str(URL(self.api_url).with_path(f"/actions/{token}"))
-
     async def _response_url(self, request: web.Request) -> web.Response:
-        target = self._response_urls.get(request.match_info["token"])
-        if target is None or target.expires <= time.monotonic():
-            return web.json_response({"ok": False, "error": "expired_url"}, status=404)
-        if target.uses >= RESPONSE_URL_USES:
-            return web.json_response({"ok": False, "error": "used_url"}, status=404)
-        try:
-            params = await request.json()
-        except ValueError:
-            return web.json_response({"ok": False, "error": "invalid_payload"}, status=400)
-        if not isinstance(params, dict):
-            return web.json_response({"ok": False, "error": "invalid_payload"}, status=400)
+        return await self._response_urls.serve(request, self._responded)
+
+    async def _responded(self, target: ResponseUrl, params: Params) -> None:
         self.calls.append(Call("response_url", params))
         try:
             self._respond(target, params)
-        except EmulatorError as exc:
-            return web.json_response({"ok": False, "error": exc.code}, status=exc.status)
         finally:
             async with self._changed:
                 self._changed.notify_all()
-        target.uses += 1
-        return web.json_response({"ok": True})
 
-    def _respond(self, target: _ResponseUrl, params: Params) -> None:
+    def _respond(self, target: ResponseUrl, params: Params) -> None:
         key = (target.channel, target.message_ts)
         if params.get("delete_original") in (True, "true"):
             if self._state.messages.pop(key, None) is not None:
-                self._publish("delete", {"channel": target.channel, "ts": target.message_ts})
+                self._feed.deleted(target.channel, target.message_ts)
             return
         text = str(params.get("text") or "")
         blocks = params.get("blocks")
@@ -613,25 +482,17 @@ class Emulator(FakeSlack):
             if held is None:
                 raise EmulatorError("message_not_found", status=404)
             held.text, held.blocks, held.edited = text, blocks or None, True
-            self._publish("update", self._ui_message(held))
+            self._feed.updated(held)
         elif params.get("response_type") == "in_channel":
-            ts = self._next_ts()
             thread_ts = params.get("thread_ts") or thread_ts
-            self._state.messages[(target.channel, ts)] = Message(
-                target.channel, ts, text, BOT_USER_ID, BOT_ID, thread_ts, blocks
-            )
-            self._publish("message", self._ui_message(self._state.messages[(target.channel, ts)]))
+            posted = self.chat.post_as_bot(target.channel, text, thread_ts=thread_ts, blocks=blocks)
+            self._feed.posted(posted)
             self._evict()
         else:
-            ts = self._next_ts()
+            ts = self.chat.clock.next()
             ephemeral = Ephemeral(target.channel, target.user, ts, text, thread_ts, blocks)
             self._state.ephemerals.append(ephemeral)
-            self._published_ephemeral(ephemeral)
-
-
-def _ts_order(ts: str) -> tuple[int, str]:
-    seconds, _, micros = ts.partition(".")
-    return (int(seconds) if seconds.isdigit() else 0, micros.ljust(6, "0"))
+            self._feed.ephemeral(ephemeral)
 
 
 __all__ = [

@@ -27,6 +27,7 @@ from typing import Any, Self
 
 import httpx
 
+from bot.emulator.app_server import StartStop
 from bot.emulator.model_server import ScriptedServer
 from bot.emulator.redis_server import ManagedRedis, free_port
 from bot.emulator.scripted_model import ScriptedModel
@@ -95,7 +96,7 @@ _process_numbers = itertools.count(1)
 
 
 @dataclass
-class BotProcess:
+class BotProcess(StartStop):
     """``opsloop serve`` as a child process. ``await start()``, then talk to it over HTTP.
 
     ``env`` should come from ``bot_env``; ``argv`` replaces the command (the harness's own
@@ -235,12 +236,6 @@ class BotProcess:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.stop()
 
     # ---- output --------------------------------------------------------------------------
 

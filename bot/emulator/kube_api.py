@@ -36,12 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qsl
 
 from aiohttp import web
 
+from bot.emulator.app_server import AppServer, StartStop
 from bot.emulator.kube_fixtures import Cluster, Json, rfc3339
 from bot.emulator.kube_wire import (
     CELLS,
@@ -112,7 +112,7 @@ def _not_found(resource: Resource, name: str) -> ApiError:
 
 
 @dataclass
-class FakeKube:
+class FakeKube(StartStop):
     """See the module docstring. ``token`` is the bearer token every request must carry."""
 
     cluster: Cluster = field(default_factory=Cluster)
@@ -126,7 +126,7 @@ class FakeKube:
     tls: bool = True  # kubectl sends a bearer token over https only
 
     def __post_init__(self) -> None:
-        self._runner: web.AppRunner | None = None
+        self._server = AppServer()
         self._released = asyncio.Event()
         self._rv = 1000
         self.port = 0
@@ -138,35 +138,16 @@ class FakeKube:
     async def start(self) -> Self:
         app = web.Application(client_max_size=4 << 20)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
         context = None
         if self.tls:
             self._tls = self_signed()
             self.ca_pem, context = self._tls.ca_pem, self._tls.context
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context)
-        await site.start()
-        server = site._server
-        assert server is not None and hasattr(server, "sockets")
-        self.port = int(server.sockets[0].getsockname()[1])
+        self.port = await self._server.start(app, ssl_context=context)
         return self
 
     async def stop(self) -> None:
         self._released.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        await self._server.stop()
 
     @property
     def url(self) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.emulator.anthropic import respond as respond_anthropic
+from bot.emulator.app_server import AppServer, StartStop
 from bot.emulator.scripted import (
     DEFAULT_CHUNKS,
     Answer,
@@ -59,7 +60,7 @@ ANTHROPIC_CALL_ID = "^[a-zA-Z0-9_-]+$"
 _ANTHROPIC_CALL_ID = re.compile(ANTHROPIC_CALL_ID)
 
 
-class ScriptedServer:
+class ScriptedServer(StartStop):
     """``async with ScriptedServer(policy) as server: server.base_url …``"""
 
     def __init__(
@@ -80,7 +81,7 @@ class ScriptedServer:
         self.refusals: list[str] = []  # the messages of the strict mode's 400s
         self.disconnects = 0  # streams whose client went away before the end
         self._ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
+        self._server = AppServer()
         self.port = 0
 
     @property
@@ -99,23 +100,11 @@ class ScriptedServer:
         app.router.add_post("/v1/messages", self._anthropic)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        self.port = await self._server.start(app, host=host, port=port)
         return self
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> ScriptedServer:
-        return await self.start()
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.stop()
+        await self._server.stop()
 
     def next_id(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids)}"

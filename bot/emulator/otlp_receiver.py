@@ -28,6 +28,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from bot.emulator.app_server import AppServer, StartStop
+
 KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
 
@@ -125,7 +127,7 @@ def decode(body: bytes) -> list[ReceivedSpan]:
 
 
 @dataclass
-class OtlpReceiver:
+class OtlpReceiver(StartStop):
     """``async with OtlpReceiver() as otlp:`` then export to ``otlp.endpoint``."""
 
     host: str = "127.0.0.1"
@@ -137,7 +139,7 @@ class OtlpReceiver:
     requests: int = 0
     span_count: int = 0
     headers: list[dict[str, str]] = field(default_factory=list)
-    _runner: web.AppRunner | None = field(default=None, repr=False)
+    _server: AppServer = field(default_factory=AppServer, repr=False)
     _changed: asyncio.Condition | None = field(default=None, repr=False)
     _open: asyncio.Event | None = field(default=None, repr=False)
 
@@ -149,11 +151,7 @@ class OtlpReceiver:
     async def start(self) -> Self:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/traces", self._export)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        self.port = await self._server.start(app, host=self.host, port=self.port)
         self._changed = asyncio.Condition()
         self._open = asyncio.Event()
         self._open.set()
@@ -171,15 +169,7 @@ class OtlpReceiver:
     async def stop(self) -> None:
         if self._open is not None:
             self._open.set()  # held requests are answered, not left hanging
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.stop()
+        await self._server.stop()
 
     async def _export(self, request: web.Request) -> web.Response:
         body = await request.read()

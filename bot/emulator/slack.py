@@ -14,9 +14,14 @@ Waiting is on an :class:`asyncio.Condition` notified after every call, never on 
 Sending events *to* the bot (signed requests) does not belong here: that is
 ``bot.emulator.sender``.
 
-This module owns the server, what it holds and the methods' behaviour. Slack's wire shapes,
-limits, errors and request parsing are in ``bot.emulator.slack_wire``; the names users of the fake
-need (``Message``, ``BOT_USER_ID``, ``block_errors``, …) are re-exported here.
+This module owns the server: the method table, tokens, injected failures and holds, the
+record of calls, seeding and reading back, and the methods about the workspace itself
+(``auth.test``, users, channels, usergroups, ``views.*``). The messages and the methods
+that post, edit and read them are ``bot.emulator.slack_chat``'s; the assistant pane's are
+``bot.emulator.slack_assistant``'s, file uploads ``bot.emulator.slack_files``'s. Slack's wire
+shapes, limits, errors and request parsing are in ``bot.emulator.slack_wire``; the names
+users of the fake need (``Message``, ``BOT_USER_ID``, ``block_errors``, …) are re-exported
+here.
 """
 
 from __future__ import annotations
@@ -25,15 +30,15 @@ import asyncio
 import copy
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from bot.emulator.app_server import AppServer, StartStop
 from bot.emulator.slack_assistant import install as install_pane
-from bot.emulator.slack_chunks import StreamChunks
+from bot.emulator.slack_chat import DEFAULT_REPLIES_LIMIT, Chat, TsClock
 from bot.emulator.slack_files import FakeFiles
 from bot.emulator.slack_wire import (
     BOT_ID,
@@ -49,11 +54,8 @@ from bot.emulator.slack_wire import (
     SlackError,
     bearer_token,
     block_errors,
-    int_param,
-    message_content,
     read_params,
     required,
-    stream_text,
 )
 
 __all__ = [
@@ -74,11 +76,7 @@ __all__ = [
     "block_errors",
 ]
 
-DEFAULT_REPLIES_LIMIT = 1_000
 DEFAULT_WAIT_TIMEOUT = 10.0  # a hang guard only: conditions are awaited, never polled
-
-_FIRST_TS_US = 1_700_000_000_000_000  # microseconds; ts strings are "seconds.micros"
-_TS_STEP_US = 100
 
 
 @dataclass
@@ -87,14 +85,6 @@ class _Fault:
     error: str
     retry_after: int | None
     remaining: int = 1
-
-
-@dataclass
-class _State:
-    messages: dict[tuple[str, str], Message] = field(default_factory=dict)
-    ephemerals: list[Ephemeral] = field(default_factory=list)
-    reactions: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
-    statuses: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 def user_object(user_id: str, user: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -128,37 +118,15 @@ def channel_object(channel_id: str, channel: str | Mapping[str, Any]) -> dict[st
     }
 
 
-def _ts_us(ts: str) -> int | None:
-    seconds, _, micros = ts.partition(".")
-    if not (seconds.isdigit() and (micros.isdigit() or not micros)):
-        return None
-    return int(seconds) * 1_000_000 + int((micros or "0").ljust(6, "0")[:6])
-
-
-def _ts_key(ts: str) -> tuple[int, str]:
-    return (_ts_us(ts) or 0, ts)
-
-
-def _range_param(params: Params, name: str) -> int | None:
-    """``oldest``/``latest`` in microseconds (None: not given); ``invalid_ts_<name>``
-    when not a ts."""
-    value = params.get(name)
-    if value in (None, ""):
-        return None
-    us = _ts_us(str(value))
-    if us is None:
-        raise SlackError(f"invalid_ts_{name}")
-    return us
-
-
-class FakeSlack:
+class FakeSlack(StartStop):
     """The fake Web API. Use as ``async with FakeSlack() as slack``; point clients at ``api_url``.
 
     ``usergroups`` maps a usergroup id to its member ids for ``usergroups.users.list``;
     ``users`` a user id to its display name (or a whole Slack user object) for ``users.info``;
     ``channels`` a channel id to its name (or a whole conversation object) for
     ``conversations.info``. Ids not in them are ``user_not_found`` / ``channel_not_found``,
-    as Slack answers for an id it does not know.
+    as Slack answers for an id it does not know. ``clock`` numbers new messages (by
+    default from a fixed instant, so every run reads the same ts).
     """
 
     def __init__(
@@ -168,6 +136,7 @@ class FakeSlack:
         users: Mapping[str, str | Mapping[str, Any]] | None = None,
         channels: Mapping[str, str | Mapping[str, Any]] | None = None,
         host: str = "127.0.0.1",
+        clock: TsClock | None = None,
     ) -> None:
         self.usergroups: dict[str, list[str]] = dict(usergroups or {})
         self.users: dict[str, dict[str, Any]] = {
@@ -179,37 +148,26 @@ class FakeSlack:
         self.calls: list[Call] = []
         self._host = host
         self._port: int | None = None
-        self._runner: web.AppRunner | None = None
-        self._state = _State()
+        self._server = AppServer()
         self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
-        self._clock_us = _FIRST_TS_US
         self._views = 0
         self._changed = asyncio.Condition()
         self._methods: dict[str, Callable[[Params], Reply]] = {
             "auth.test": self._auth_test,
-            "chat.postMessage": self._post_message,
-            "chat.update": self._update,
-            "chat.delete": self._delete,
-            "chat.postEphemeral": self._post_ephemeral,
-            "reactions.add": self._reactions_add,
-            "conversations.replies": self._replies,
             "usergroups.users.list": self._usergroup_users,
             "users.info": self._user_info,
             "conversations.info": self._conversation_info,
-            "assistant.threads.setStatus": self._set_status,
             "views.open": self._view,
             "views.update": self._view,
             "views.push": self._view,
-            "chat.startStream": self._start_stream,
-            "chat.appendStream": self._append_stream,
-            "chat.stopStream": self._stop_stream,
         }
         self._app_token_methods: set[str] = set()  # methods called with the xapp- token
         self._holds: dict[str, asyncio.Event] = {}
         self._routes: list[tuple[str, str, Handler]] = []
-        self.stream_chunks = StreamChunks()  # chunk streams: checked and shown like Slack's
+        self.chat = Chat(clock or TsClock())  # chat.*, reactions, replies, thread statuses
+        self.chat.install(self)
+        self._state = self.chat.state  # the messages, ephemerals, reactions and statuses held
         self.files = FakeFiles(self)  # the v2 upload: files.getUploadURLExternal, …
-        self.deleted: list[tuple[str, str]] = []  # (channel, ts) of chat.delete, in order
         self.pane = install_pane(self)  # setSuggestedPrompts, setTitle, views.publish
 
     def add_method(
@@ -223,7 +181,7 @@ class FakeSlack:
 
     def add_route(self, method: str, path: str, handler: Handler) -> None:
         """Serve another HTTP route (a websocket, say); call before ``start``."""
-        if self._runner is not None:
+        if self._server.running:
             raise RuntimeError("add routes before the fake starts")
         self._routes.append((method, path, handler))
 
@@ -235,31 +193,13 @@ class FakeSlack:
         app.router.add_route("*", "/api/{method}", self._handle)
         for method, path, handler in self._routes:
             app.router.add_route(method, path, handler)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, 0)
-        await site.start()
-        self._port = self._runner.addresses[0][1]
+        self._port = await self._server.start(app, host=self._host)
 
     async def stop(self) -> None:
         """Stop the server (idempotent)."""
         for gate in self._holds.values():
             gate.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        await self._server.stop()
 
     @property
     def api_url(self) -> str:
@@ -312,7 +252,7 @@ class FakeSlack:
     ) -> str:
         """Seed a human message (e.g. a thread the bot is mentioned in); returns its ts.
         ``blocks``: the rich text Slack's clients send along with what was typed."""
-        ts = self._seed_ts(ts)
+        ts = self.chat.clock.seed(ts)
         self._state.messages[(channel, ts)] = Message(
             channel, ts, text, user, thread_ts=thread_ts, blocks=blocks
         )
@@ -335,7 +275,7 @@ class FakeSlack:
         wire = copy.deepcopy(dict(post))
         for name in ("type", "team", "ts", "thread_ts", "reply_count"):
             wire.pop(name, None)
-        ts = self._seed_ts(ts or post.get("ts"))
+        ts = self.chat.clock.seed(ts or post.get("ts"))
         blocks, attachments = wire.pop("blocks", None), wire.pop("attachments", None)
         self._state.messages[(channel, ts)] = Message(
             channel,
@@ -350,12 +290,6 @@ class FakeSlack:
         )
         return ts
 
-    def _seed_ts(self, ts: str | None) -> str:
-        if ts is None:
-            return self._next_ts()
-        self._clock_us = max(self._clock_us, _ts_us(ts) or 0)
-        return ts
-
     def expire_stream(self, channel: str, ts: str) -> None:
         """End a stream server-side, as Slack does after some minutes."""
         self._state.messages[(channel, ts)].streaming = False
@@ -368,10 +302,7 @@ class FakeSlack:
 
     def messages(self, channel: str, thread_ts: str | None = None) -> list[Message]:
         """Snapshots of the messages held, by ts: the whole channel, or one thread with parent."""
-        held = [m for m in self._state.messages.values() if m.channel == channel]
-        if thread_ts is not None:
-            held = [m for m in held if thread_ts in (m.ts, m.thread_ts)]
-        return [copy.deepcopy(m) for m in sorted(held, key=lambda m: _ts_key(m.ts))]
+        return [copy.deepcopy(m) for m in self._state.thread(channel, thread_ts)]
 
     def message(self, channel: str, ts: str) -> Message:
         """A snapshot of one message; KeyError if the fake does not hold it."""
@@ -477,16 +408,6 @@ class FakeSlack:
             queue.popleft()
         return fault
 
-    def _next_ts(self) -> str:
-        self._clock_us += _TS_STEP_US
-        return f"{self._clock_us // 1_000_000}.{self._clock_us % 1_000_000:06d}"
-
-    def _held(self, params: Params) -> Message:
-        message = self._state.messages.get((required(params, "channel"), required(params, "ts")))
-        if message is None:
-            raise SlackError("message_not_found")
-        return message
-
     # ---- methods ---------------------------------------------------------------------------
 
     def _auth_test(self, params: Params) -> Reply:
@@ -499,111 +420,6 @@ class FakeSlack:
             "bot_id": BOT_ID,
             "is_enterprise_install": False,
         }
-
-    def _post_message(self, params: Params) -> Reply:
-        channel = params.get("channel") or ""
-        if not channel:
-            raise SlackError("channel_not_found")
-        text, blocks = message_content(params)
-        if not text and not blocks and not params.get("attachments"):
-            raise SlackError("no_text")
-        message = Message(
-            channel,
-            self._next_ts(),
-            text,
-            BOT_USER_ID,
-            bot_id=BOT_ID,
-            thread_ts=params.get("thread_ts") or None,
-            blocks=blocks,
-            attachments=params.get("attachments"),
-        )
-        self._state.messages[(channel, message.ts)] = message
-        return {"channel": channel, "ts": message.ts, "message": message.as_slack()}
-
-    def _update(self, params: Params) -> Reply:
-        message = self._held(params)
-        if message.bot_id != BOT_ID:
-            raise SlackError("cant_update_message")
-        text, blocks = message_content(params)
-        if "text" in params:
-            message.text = text
-        if "blocks" in params:  # omitted: keep; [] removes them
-            message.blocks = blocks or None
-        if "attachments" in params:
-            message.attachments = params["attachments"] or None
-        message.edited = True
-        return {
-            "channel": message.channel,
-            "ts": message.ts,
-            "text": message.text,
-            "message": message.as_slack(),
-        }
-
-    def _delete(self, params: Params) -> Reply:
-        """``chat.delete``: a bot deletes its own messages only (``cant_delete_message``)."""
-        message = self._held(params)
-        if message.bot_id != BOT_ID:
-            raise SlackError("cant_delete_message")
-        del self._state.messages[(message.channel, message.ts)]
-        self.deleted.append((message.channel, message.ts))
-        return {"channel": message.channel, "ts": message.ts}
-
-    def _post_ephemeral(self, params: Params) -> Reply:
-        channel = required(params, "channel")
-        user = required(params, "user")
-        text, blocks = message_content(params)
-        if not text and not blocks:
-            raise SlackError("no_text")
-        ts = self._next_ts()
-        thread_ts = params.get("thread_ts") or None
-        self._state.ephemerals.append(Ephemeral(channel, user, ts, text, thread_ts, blocks))
-        return {"message_ts": ts}
-
-    def _reactions_add(self, params: Params) -> Reply:
-        # Messages that reached the bot only as events are unknown here, so any ts is accepted.
-        key = (required(params, "channel"), required(params, "timestamp"))
-        name = params.get("name") or ""
-        if not name:
-            raise SlackError("invalid_name")
-        if name in self._state.reactions[key]:
-            raise SlackError("already_reacted")
-        self._state.reactions[key].append(name)
-        return {}
-
-    def _replies(self, params: Params) -> Reply:
-        """The parent, then its replies oldest first, within ``oldest``/``latest`` (both
-        excluded unless ``inclusive``); the first page always opens with the parent, as
-        Slack's does, whatever the range."""
-        channel = required(params, "channel")
-        thread_ts = required(params, "ts")
-        thread = self.messages(channel, thread_ts)
-        parent = [m for m in thread if m.ts == thread_ts]
-        if not parent:
-            raise SlackError("thread_not_found")
-        oldest = _range_param(params, "oldest") or 0
-        latest = _range_param(params, "latest")
-        inclusive = str(params.get("inclusive") or "").lower() in ("1", "true")
-
-        def in_range(ts: str) -> bool:
-            us = _ts_us(ts) or 0
-            if inclusive:
-                return us >= oldest and (latest is None or us <= latest)
-            return us > oldest and (latest is None or us < latest)
-
-        listing = parent + [m for m in thread if m.ts != thread_ts and in_range(m.ts)]
-        limit = int_param(params.get("limit"), DEFAULT_REPLIES_LIMIT)
-        start = int_param(params.get("cursor"), 0)
-        page = listing[start : start + limit]
-        more = start + limit < len(listing)
-        out = []
-        for m in page:
-            wire = m.as_slack()
-            if m.ts == thread_ts and len(thread) > 1:
-                wire["thread_ts"] = thread_ts
-                wire["reply_count"] = len(thread) - 1
-            out.append(wire)
-        cursor = str(start + limit) if more else ""
-        return {"messages": out, "has_more": more, "response_metadata": {"next_cursor": cursor}}
 
     def _usergroup_users(self, params: Params) -> Reply:
         users = self.usergroups.get(required(params, "usergroup"))
@@ -623,11 +439,6 @@ class FakeSlack:
             raise SlackError("channel_not_found")
         return {"channel": copy.deepcopy(channel)}
 
-    def _set_status(self, params: Params) -> Reply:
-        key = (required(params, "channel_id"), required(params, "thread_ts"))
-        self._state.statuses[key] = str(params.get("status") or "")
-        return {}
-
     def _view(self, params: Params) -> Reply:
         view = params.get("view")
         if not isinstance(view, dict):
@@ -635,43 +446,3 @@ class FakeSlack:
         self._views += 1
         view_id = params.get("view_id") or f"V{self._views:04d}"
         return {"view": {**view, "id": view_id, "team_id": TEAM_ID}}
-
-    def _start_stream(self, params: Params) -> Reply:
-        channel = params.get("channel") or ""
-        if not channel:
-            raise SlackError("channel_not_found")
-        thread_ts = required(params, "thread_ts")
-        mode = self.stream_chunks.check(params, method="chat.startStream")
-        text = stream_text(params)
-        message = Message(
-            channel, self._next_ts(), text, BOT_USER_ID, BOT_ID, thread_ts, streaming=True
-        )
-        self._state.messages[(channel, message.ts)] = message
-        self.stream_chunks.started(message, params, mode)
-        return {"channel": channel, "ts": message.ts}
-
-    def _streaming(self, params: Params) -> Message:
-        try:
-            message = self._held(params)
-        except SlackError:
-            raise SlackError("message_not_in_streaming_state") from None
-        if not message.streaming:
-            raise SlackError("message_not_in_streaming_state")
-        return message
-
-    def _append_stream(self, params: Params) -> Reply:
-        message = self._streaming(params)
-        self.stream_chunks.go_on(message, params, method="chat.appendStream")
-        message.text += stream_text(params)
-        return {"channel": message.channel, "ts": message.ts}
-
-    def _stop_stream(self, params: Params) -> Reply:
-        message = self._streaming(params)
-        self.stream_chunks.go_on(message, params, method="chat.stopStream")
-        text = stream_text(params)
-        _, blocks = message_content({"blocks": params.get("blocks") or []})
-        message.text += text
-        if blocks:
-            message.blocks = blocks
-        message.streaming = False
-        return {"channel": message.channel, "ts": message.ts, "message": message.as_slack()}

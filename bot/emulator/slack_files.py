@@ -27,7 +27,6 @@ from typing import Any
 from aiohttp import web
 
 from bot.emulator.slack_wire import (
-    BOT_ID,
     BOT_USER_ID,
     Message,
     Params,
@@ -96,7 +95,7 @@ class FakeFiles:
         ids = {f.get("id") for f in body.get("files") or [] if isinstance(f, dict)}
         return [
             m
-            for m in self._slack._state.messages.values()
+            for m in self._slack.chat.state.messages.values()
             if any(f.get("id") in ids for f in m.extra.get("files") or [])
         ]
 
@@ -144,18 +143,12 @@ class FakeFiles:
             file.completed = True
             file.title = str(item.get("title") or file.name)
         if channel:
-            comment = str(params.get("initial_comment") or "")
-            slack = self._slack
-            message = Message(
+            self._slack.chat.post_as_bot(
                 channel,
-                slack._next_ts(),
-                comment,
-                BOT_USER_ID,
-                bot_id=BOT_ID,
+                str(params.get("initial_comment") or ""),
                 thread_ts=params.get("thread_ts") or None,
                 extra={"files": [f.as_slack(self._base) for f in held], "upload": True},
             )
-            slack._state.messages[(channel, message.ts)] = message
         return {"files": [{"id": f.id, "title": f.title} for f in held]}
 
     # ---- the upload host -----------------------------------------------------------------
