@@ -160,14 +160,14 @@ def bound_output(output: str) -> tuple[str, int | None]:
 def _write_entry(
     kind: AuditKind,
     key: str,
+    record: LedgerRecord,
     *,
-    tool: str | None,
-    args_hash: str | None,
     at: float,
     outcome: str | None = None,
     detail: dict[str, object] | None = None,
 ) -> AuditEntry:
-    """A write's audit entry (its actor is set by the script)."""
+    """The audit entry of the write ``record`` is the ledger's entry of (its actor is set
+    by the script)."""
     job_id, call_id = split_key(key)
     thread = thread_of(job_id)
     return AuditEntry(
@@ -178,9 +178,9 @@ def _write_entry(
         job_id=job_id,
         channel=thread.channel,
         thread_ts=thread.thread_ts,
-        tool=tool,
+        tool=record.tool,
         call_id=call_id,
-        args_hash=args_hash,
+        args_hash=record.args_hash,
         outcome=outcome,
         detail={"idempotency_key": key, **(detail or {})},
     )
@@ -242,11 +242,9 @@ class RedisLedger:
         record = LedgerRecord(state="started", tool=tool, args_hash=args_hash, started_at=now)
         claim = record.model_dump_json(exclude_none=True)
         tag = thread_of(job_id).tag
-        started = _write_entry("write_started", key, tool=tool, args_hash=args_hash, at=now)
+        started = _write_entry("write_started", key, record, at=now)
         again = started.model_copy(update={"id": f"{started.id}:{now!r}"})
-        unknown = _write_entry(
-            "write_unknown", key, tool=tool, args_hash=args_hash, at=now, outcome="unknown"
-        )
+        unknown = _write_entry("write_unknown", key, record, at=now, outcome="unknown")
         keys = [hash_key, self._keys.audit_outbox(tag), self._keys.approval(job_id, call_id)]
 
         async def attempt() -> tuple[int, str, NotReplicated | None]:
@@ -309,8 +307,7 @@ class RedisLedger:
         entry = _write_entry(
             "write_withdrawn",
             key,
-            tool=record.tool,
-            args_hash=record.args_hash,
+            record,
             at=now,
             outcome="not_started",
             detail={"started_at": record.started_at},
@@ -362,8 +359,7 @@ class RedisLedger:
         finished = _write_entry(
             "write_finished",
             key,
-            tool=prior.tool,
-            args_hash=prior.args_hash,
+            prior,
             at=now,
             outcome="error" if output.startswith(ERROR_PREFIX) else "ok",
             detail=detail,
