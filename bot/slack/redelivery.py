@@ -28,9 +28,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.state import RunResult, StopReason
 from bot.records import JobRecord
 from bot.slack.answers import answer_messages
+from bot.slack.job_ending import ending_for
 from bot.slack.names import Names
 from bot.slack.notifier import FIND_STATUS_PAGE, FIND_STATUS_TIMEOUT_S, has_stop_for
-from bot.slack.progress import ending_for, post_patiently
+from bot.slack.posting import post_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +98,7 @@ async def deliver_ending(
                 await names.prefetch(answer)
                 messages = answer_messages(answer, job_id=record.id, render=names.render)
             for message in messages:
-                await post_patiently(
-                    client,
-                    channel=record.channel,
-                    thread_ts=record.thread_ts,
-                    text=message.text,
-                    blocks=message.blocks,
-                )
+                await post_in_thread(client, record.channel, record.thread_ts, message)
         ending = ending_for(record, result)
         status_ts = record.meta.get("status_ts") or next(
             (str(m["ts"]) for m in own if has_stop_for(m.get("blocks") or [], record.id)), None
@@ -113,13 +108,7 @@ async def deliver_ending(
                 channel=record.channel, ts=status_ts, text=ending.text, blocks=ending.blocks
             )
         else:
-            await post_patiently(
-                client,
-                channel=record.channel,
-                thread_ts=record.thread_ts,
-                text=ending.text,
-                blocks=ending.blocks,
-            )
+            await post_in_thread(client, record.channel, record.thread_ts, ending)
     except Exception:
         log.warning("could not deliver the ending of job %s", record.id, exc_info=True)
         return False

@@ -5,6 +5,10 @@ paces the calls, updates to the same message coalesce (only the newest content i
 sent), urgent updates (final answers, cards, endings) go before progress, and a 429
 pauses everything for its ``Retry-After`` and then retries the same message. Nothing
 is sent twice and the newest content of every message is eventually delivered.
+
+``budget_sender`` is the budget's send function (``chat.update``, a 429 as ``RateLimited``);
+a ``Tracked`` payload learns whether Slack took it, which ``edit_urgently`` waits for (an
+edit that must be shown before the job lets go: an ending, an answer replacing its stream).
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.blockkit import Message
 
 log = logging.getLogger(__name__)
 
@@ -142,3 +151,51 @@ class UpdateBudget:
                 self.sent += 1
             del self._inflight[key]
             pending.done.set()
+
+
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """A budget payload whose sender reports the outcome: True once sent, False if Slack
+    refused it (a 429 is retried by the budget and reports nothing yet)."""
+
+    message: Message
+    outcome: asyncio.Future[bool]
+
+
+def budget_sender(client: AsyncWebClient) -> Any:
+    """The ``UpdateBudget`` send function: ``chat.update``, a 429 as ``RateLimited``."""
+
+    async def send(channel: str, ts: str, payload: Message | Tracked) -> None:
+        message = payload.message if isinstance(payload, Tracked) else payload
+        try:
+            await client.chat_update(
+                channel=channel, ts=ts, text=message.text, blocks=message.blocks
+            )
+        except SlackApiError as exc:
+            if exc.response.status_code == 429:
+                raise RateLimited(float(exc.response.headers.get("Retry-After", 1))) from exc
+            _report(payload, False)
+            raise
+        except Exception:
+            _report(payload, False)
+            raise
+        _report(payload, True)
+
+    return send
+
+
+def _report(payload: Message | Tracked, sent: bool) -> None:
+    if isinstance(payload, Tracked) and not payload.outcome.done():
+        payload.outcome.set_result(sent)
+
+
+async def edit_urgently(
+    budget: UpdateBudget, channel: str, ts: str, message: Message
+) -> bool | None:
+    """Edit the message ``ts`` before any paced update and wait until the budget is done
+    with it: whether Slack took the edit, or None when newer content for the message
+    took its place first."""
+    outcome: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    done = budget.submit(channel, ts, Tracked(message, outcome), urgent=True)
+    await done.wait()
+    return outcome.result() if outcome.done() else None
