@@ -18,6 +18,10 @@ with it, over a :class:`~bot.emulator.kube_fixtures.Cluster` of plain JSON objec
 * ``Status`` errors: 401 for a wrong bearer token, 403 in ``forbidden`` namespaces, 404,
   400, 415, 422.
 
+This module owns the server: TLS and tokens, the record of requests, discovery, and the
+routing of a path to a verb on an object (with the 403 of a ``forbidden`` namespace);
+the verbs themselves, and the API server's errors, are ``bot.emulator.kube_objects``'s.
+
 Every request is recorded (:attr:`FakeKube.requests`) before anything else, so tests can
 assert that a refused call never reached it; :attr:`FakeKube.delay` makes every answer
 slow (released at once by ``stop``).
@@ -30,11 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qsl
@@ -42,25 +45,11 @@ from urllib.parse import parse_qsl
 from aiohttp import web
 
 from bot.emulator.app_server import AppServer, StartStop
-from bot.emulator.kube_fixtures import Cluster, Json, rfc3339
-from bot.emulator.kube_wire import (
-    CELLS,
-    COLUMNS,
-    OPENAPI_SERVED,
-    RESOURCES,
-    Resource,
-    Tls,
-    _name_age,
-    fields_match,
-    labels_match,
-    merge_patch,
-    openapi_v2,
-    scale_of,
-    self_signed,
-)
+from bot.emulator.kube_fixtures import Cluster, Json
+from bot.emulator.kube_objects import ApiError, ClusterObjects, no_such_path, not_allowed
+from bot.emulator.kube_wire import OPENAPI_SERVED, RESOURCES, Tls, openapi_v2, self_signed
 
 DEFAULT_TOKEN = "opsloop-test-token"
-GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})  # what strconv.ParseBool takes
 USER = "system:serviceaccount:ops:opsloop"
 
 
@@ -75,40 +64,6 @@ class Request:
     accept: str
     body: str
     user_agent: str
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, details: Json | None = None) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, details
-
-    def status(self) -> Json:
-        out: Json = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details:
-            out["details"] = self.details
-        return out
-
-
-def _not_found(resource: Resource, name: str) -> ApiError:
-    group = f".{resource.group}" if resource.group else ""
-    return ApiError(
-        404,
-        "NotFound",
-        f'{resource.plural}{group} "{name}" not found',
-        {
-            "name": name,
-            "kind": resource.plural,
-            **({"group": resource.group} if resource.group else {}),
-        },
-    )
 
 
 @dataclass
@@ -128,7 +83,7 @@ class FakeKube(StartStop):
     def __post_init__(self) -> None:
         self._server = AppServer()
         self._released = asyncio.Event()
-        self._rv = 1000
+        self._objects = ClusterObjects(self.cluster, self.clock)
         self.port = 0
         self.ca_pem = b""
         self._tls: Tls | None = None
@@ -276,7 +231,7 @@ class FakeKube(StartStop):
             return self._object_path("", parts[2:], method, query, body, headers)
         if parts[:3] == ["apis", "apps", "v1"]:
             return self._object_path("apps", parts[3:], method, query, body, headers)
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        raise no_such_path()
 
     def _version(self) -> Json:
         major, minor, *_ = self.cluster.version.lstrip("v").split(".")
@@ -347,10 +302,10 @@ class FakeKube(StartStop):
         elif group == "" and len(parts) == 2 and parts[0] == "namespaces":
             parts = ["namespaces", parts[1]]
         if not parts or (group, parts[0]) not in RESOURCES or len(parts) > 3:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_path()
         resource = RESOURCES[(group, parts[0])]
         if namespace and not resource.namespaced:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_path()
         name = parts[1] if len(parts) > 1 else None
         sub = parts[2] if len(parts) > 2 else None
         verb = {
@@ -371,265 +326,29 @@ class FakeKube(StartStop):
                 {"kind": resource.plural, **({"name": name} if name else {})},
             )
         if resource.namespaced and not namespace and name:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_path()
         if sub is not None and sub not in resource.subresources:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_path()
         dry = query.get("dryRun", "")
         if dry not in ("", "All"):
             raise ApiError(400, "BadRequest", f'Invalid dry run value: "{dry}"')
         table = "as=Table" in headers.get("Accept", "")
+        objects = self._objects
         if name is None:
             if method != "GET":
-                raise ApiError(
-                    405,
-                    "MethodNotAllowed",
-                    "the server does not allow this method on the requested resource",
-                )
-            return self._list(resource, namespace, query, table)
+                raise not_allowed()
+            return objects.list_objects(resource, namespace, query, table)
         if sub == "log":
             if method != "GET":
-                raise ApiError(
-                    405,
-                    "MethodNotAllowed",
-                    "the server does not allow this method on the requested resource",
-                )
-            return self._log(namespace, name, query)
+                raise not_allowed()
+            return objects.log(namespace, name, query)
         if sub == "scale":
-            return self._scale(resource, namespace, name, method, query, body, headers)
+            return objects.scale(resource, namespace, name, method, query, body, headers)
         if method == "GET":
-            obj = self._get(resource, namespace, name)
-            return self._table(resource, [obj], {}) if table else obj
+            obj = objects.get(resource, namespace, name)
+            return objects.table(resource, [obj], {}) if table else obj
         if method == "PATCH" and "patch" in resource.verbs:
-            return self._patch(resource, namespace, name, body, headers, dry == "All")
+            return objects.patch(resource, namespace, name, body, headers, dry == "All")
         if method == "DELETE" and "delete" in resource.verbs:
-            return self._delete(resource, namespace, name, body, dry == "All")
-        raise ApiError(
-            405,
-            "MethodNotAllowed",
-            "the server does not allow this method on the requested resource",
-        )
-
-    def _get(self, resource: Resource, namespace: str, name: str) -> Json:
-        obj = self.cluster.get(resource.plural, namespace, name)
-        if obj is None:
-            raise _not_found(resource, name)
-        return obj
-
-    def _list(
-        self, resource: Resource, namespace: str, query: dict[str, str], table: bool
-    ) -> Json | str:
-        chosen = [
-            obj
-            for (ns, _), obj in sorted(self.cluster.objects.get(resource.plural, {}).items())
-            if (not namespace or ns == namespace)
-            and labels_match(query.get("labelSelector", ""), obj)
-            and fields_match(query.get("fieldSelector", ""), obj)
-        ]
-        start = int(query["continue"]) if query.get("continue", "").isdigit() else 0
-        limit = (
-            int(query["limit"])
-            if query.get("limit", "").isdigit() and int(query["limit"]) > 0
-            else 0
-        )
-        page = chosen[start : start + limit] if limit else chosen[start:]
-        meta: Json = {"resourceVersion": str(self._rv)}
-        if limit and start + limit < len(chosen):
-            meta["continue"] = str(start + limit)
-            meta["remainingItemCount"] = len(chosen) - start - limit
-        if table:
-            return self._table(resource, page, meta)
-        items = [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")} for obj in page]
-        return {
-            "kind": f"{resource.kind}List",
-            "apiVersion": resource.group_version,
-            "metadata": meta,
-            "items": items,
-        }
-
-    def _bump(self, obj: Json) -> None:
-        self._rv += 1
-        obj["metadata"]["resourceVersion"] = str(self._rv)
-
-    def _patch(
-        self, resource: Resource, namespace: str, name: str, body: str, headers: Any, dry: bool
-    ) -> Json:
-        obj = self._get(resource, namespace, name)
-        patched = merge_patch(obj, self._patch_body(body, headers))
-        if patched.get("spec") != obj.get("spec"):
-            patched["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
-        if patched["metadata"].get("name") != name:
-            raise ApiError(
-                422,
-                "Invalid",
-                f'{resource.kind} "{name}" is invalid: metadata.name: Invalid value: '
-                "field is immutable",
-            )
-        if not dry:
-            self._bump(patched)
-            self.cluster.add(resource.plural, patched)
-        return patched
-
-    def _patch_body(self, body: str, headers: Any) -> Json:
-        kind = headers.get("Content-Type", "").split(";")[0].strip()
-        if kind not in (
-            "application/strategic-merge-patch+json",
-            "application/merge-patch+json",
-            "application/json",
-        ):
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                "the body of the request was in an unknown format - accepted media types "
-                "include: application/strategic-merge-patch+json, "
-                f'application/merge-patch+json (got "{kind}")',
-            )
-        try:
-            patch = json.loads(body)
-        except ValueError as exc:
-            raise ApiError(400, "BadRequest", f"error decoding patch: {exc}") from None
-        if not isinstance(patch, dict):
-            raise ApiError(400, "BadRequest", "error decoding patch: not a JSON object")
-        return patch
-
-    def _scale(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        method: str,
-        query: dict[str, str],
-        body: str,
-        headers: Any,
-    ) -> Json:
-        obj = self._get(resource, namespace, name)
-        if method == "GET":
-            return scale_of(obj)
-        if method == "PATCH":
-            wanted = merge_patch(scale_of(obj), self._patch_body(body, headers))
-        elif method == "PUT":
-            try:
-                wanted = json.loads(body)
-            except ValueError as exc:
-                raise ApiError(400, "BadRequest", f"error decoding Scale: {exc}") from None
-        else:
-            raise ApiError(
-                405,
-                "MethodNotAllowed",
-                "the server does not allow this method on the requested resource",
-            )
-        replicas = (wanted.get("spec") or {}).get("replicas")
-        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise ApiError(
-                422,
-                "Invalid",
-                f'Scale.autoscaling "{name}" is invalid: spec.replicas: Invalid value: '
-                f"{json.dumps(replicas)}: must be greater than or equal to 0",
-            )
-        if query.get("dryRun") != "All":
-            obj["spec"]["replicas"] = replicas
-            obj["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
-            self._bump(obj)
-        out = scale_of(obj)
-        out["spec"]["replicas"] = replicas
-        return out
-
-    def _delete(self, resource: Resource, namespace: str, name: str, body: str, dry: bool) -> Json:
-        obj = self._get(resource, namespace, name)
-        options: Json = {}
-        if body.strip():
-            try:
-                options = json.loads(body)
-            except ValueError as exc:
-                raise ApiError(400, "BadRequest", f"error decoding DeleteOptions: {exc}") from None
-        dry = dry or "All" in (options.get("dryRun") or [])
-        grace = options.get("gracePeriodSeconds")
-        if not isinstance(grace, int):
-            grace = int(obj.get("spec", {}).get("terminationGracePeriodSeconds", 30))
-        answer = copy.deepcopy(obj)
-        answer["metadata"]["deletionTimestamp"] = rfc3339(self.clock() + timedelta(seconds=grace))
-        answer["metadata"]["deletionGracePeriodSeconds"] = grace
-        if not dry:
-            del self.cluster.objects[resource.plural][(namespace, name)]
-            self._bump(answer)
-        return answer
-
-    def _log(self, namespace: str, name: str, query: dict[str, str]) -> str:
-        pod = self._get(RESOURCES[("", "pods")], namespace, name)
-        names = [c["name"] for c in pod["spec"].get("containers", [])]
-        container = query.get("container") or (names[0] if len(names) == 1 else "")
-        if not container:
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"a container name must be specified for pod {name}, "
-                f"choose one of: [{' '.join(names)}]",
-            )
-        if container not in names:
-            raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
-        previous = query.get("previous") in GO_TRUE
-        status = next(
-            (
-                s
-                for s in pod.get("status", {}).get("containerStatuses", [])
-                if s.get("name") == container
-            ),
-            None,
-        )
-        key = (namespace, name, container, previous)
-        if previous and key not in self.cluster.logs:
-            raise ApiError(
-                400,
-                "BadRequest",
-                f'previous terminated container "{container}" in pod "{name}" not found',
-            )
-        if not previous and key not in self.cluster.logs:
-            waiting = (status or {}).get("state", {}).get("waiting")
-            if status is None or waiting:
-                reason = (waiting or {}).get("reason", "ContainerCreating")
-                raise ApiError(
-                    400,
-                    "BadRequest",
-                    f'container "{container}" in pod "{name}" is waiting to start: {reason}',
-                )
-        text = self.cluster.logs.get(key, f"{name} {container}: GET /healthz 200\n" * 3)
-        lines = text.splitlines()
-        tail = query.get("tailLines", "")
-        if tail.isdigit():
-            lines = lines[-int(tail) :] if int(tail) else []
-        out = "".join(line + "\n" for line in lines)
-        limit = query.get("limitBytes", "")
-        if limit.isdigit():
-            out = out.encode()[: int(limit)].decode("utf-8", "ignore")
-        return out
-
-    # -- server-side printing ----------------------------------------------------------
-
-    def _table(self, resource: Resource, objs: list[Json], meta: Json) -> Json:
-        columns = COLUMNS.get(resource.plural, [("Name", 0), ("Age", 0)])
-        definitions = [
-            {
-                "name": title,
-                "type": "integer" if title in ("Restarts", "Up-to-date", "Available") else "string",
-                "format": "name" if title == "Name" else "",
-                "description": title,
-                "priority": priority,
-            }
-            for title, priority in columns
-        ]
-        now = self.clock()
-        rows = []
-        for obj in objs:
-            cells = CELLS.get(resource.plural, _name_age)(obj, now)
-            partial = {
-                "kind": "PartialObjectMetadata",
-                "apiVersion": "meta.k8s.io/v1",
-                "metadata": obj["metadata"],
-            }
-            rows.append({"cells": cells, "object": partial})
-        return {
-            "kind": "Table",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": meta,
-            "columnDefinitions": definitions,
-            "rows": rows,
-        }
+            return objects.delete(resource, namespace, name, body, dry == "All")
+        raise not_allowed()

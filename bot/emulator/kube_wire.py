@@ -416,6 +416,18 @@ def _service_cells(svc: Json, now: datetime) -> list[Any]:
     ]
 
 
+# Deployments and statefulsets print alike (kubectl's wide columns have priority 1).
+_WORKLOAD_COLUMNS = [
+    ("Name", 0),
+    ("Ready", 0),
+    ("Up-to-date", 0),
+    ("Available", 0),
+    ("Age", 0),
+    ("Containers", 1),
+    ("Images", 1),
+    ("Selector", 1),
+]
+
 COLUMNS: dict[str, list[tuple[str, int]]] = {
     "pods": [
         ("Name", 0),
@@ -428,26 +440,8 @@ COLUMNS: dict[str, list[tuple[str, int]]] = {
         ("Nominated Node", 1),
         ("Readiness Gates", 1),
     ],
-    "deployments": [
-        ("Name", 0),
-        ("Ready", 0),
-        ("Up-to-date", 0),
-        ("Available", 0),
-        ("Age", 0),
-        ("Containers", 1),
-        ("Images", 1),
-        ("Selector", 1),
-    ],
-    "statefulsets": [
-        ("Name", 0),
-        ("Ready", 0),
-        ("Up-to-date", 0),
-        ("Available", 0),
-        ("Age", 0),
-        ("Containers", 1),
-        ("Images", 1),
-        ("Selector", 1),
-    ],
+    "deployments": _WORKLOAD_COLUMNS,
+    "statefulsets": _WORKLOAD_COLUMNS,
     "nodes": [
         ("Name", 0),
         ("Status", 0),
