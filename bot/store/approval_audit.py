@@ -8,8 +8,7 @@ what only the stored record knows (the tool, the arguments hash, the card).
 from __future__ import annotations
 
 from bot.records import ApprovalRecord, Outcome
-from bot.store.audit import ACTOR_BOT, AuditEntry, bound_result, staged_json
-from bot.store.keys import thread_of
+from bot.store.audit import ACTOR_BOT, AuditEntry, bound_result, job_fields, staged_json
 from bot.store.staging import head_json
 
 MAX_AUDIT_TEXT = 2000  # the dry run and the reason, in the audit log
@@ -49,15 +48,12 @@ def decided_entry_head(
 ) -> str:
     """The audit entry of a decision without its closing brace: the deciding script adds
     the tool, the arguments hash and the card, which only the stored record knows."""
-    thread = thread_of(job_id)
     entry = AuditEntry(
         id=f"approval_decided:{job_id}:{call_id}",
         kind="approval_decided",
         at=at,
         actor=by or ACTOR_BOT,
-        job_id=job_id,
-        channel=thread.channel,
-        thread_ts=thread.thread_ts,
+        **job_fields(job_id),
         call_id=call_id,
         outcome=outcome,
     )

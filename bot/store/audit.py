@@ -67,6 +67,7 @@ from bot.store.audit_entry import (
     bound_result,
     canonical,
     entry_hash,
+    job_fields,
     parse_head,
     staged_json,
     tag_of_job,
@@ -93,6 +94,7 @@ __all__ = [  # the names writers, the CLI and the Slack edge use come from here
     "bound_result",
     "canonical",
     "entry_hash",
+    "job_fields",
     "staged_json",
     "tag_of_job",
 ]

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -112,6 +112,21 @@ def bound_result(text: str, limit: int = RESULT_CHARS) -> str:
 def tag_of_job(job_id: str) -> str:
     """The hash tag a job's facts (and so their outbox) live under."""
     return thread_of(job_id).tag
+
+
+class JobFields(TypedDict):
+    """An entry's fields that name a job and its thread."""
+
+    job_id: str
+    channel: str
+    thread_ts: str
+
+
+def job_fields(job_id: str) -> JobFields:
+    """The fields of an entry about ``job_id``: the job, and the thread it runs in (from
+    its id), as ``AuditEntry(..., **job_fields(job_id))``."""
+    thread = thread_of(job_id)
+    return JobFields(job_id=job_id, channel=thread.channel, thread_ts=thread.thread_ts)
 
 
 def parse_head(text: str | None) -> tuple[int, str]:

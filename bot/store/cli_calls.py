@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 
 from bot.agent.messages import Usage
 from bot.agent.state import RunState, StopReason
-from bot.store.audit import OUTBOX_TTL_S, AuditEntry, staged_json
+from bot.store.audit import OUTBOX_TTL_S, AuditEntry, job_fields, staged_json
 from bot.store.connection import translated
 from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus, new_job
 from bot.store.keys import JOB_TTL_S, Keys, Thread
@@ -88,9 +88,7 @@ class CliCalls:
             kind="cli_run",
             at=now,
             actor=record.requester,
-            job_id=job_id,
-            channel=thread.channel,
-            thread_ts=thread.thread_ts,
+            **job_fields(job_id),
             tool=tool,
             call_id=call_id,
             args_hash=args_hash,

@@ -45,7 +45,7 @@ from bot.records import JobLimits as JobLimits
 from bot.records import JobRecord as JobRecord
 from bot.records import JobStatus as JobStatus
 from bot.records import LimitRaise as LimitRaise
-from bot.store.audit import OUTBOX_TTL_S, AuditEntry, staged_json
+from bot.store.audit import OUTBOX_TTL_S, AuditEntry, job_fields, staged_json
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import StoreConflict, translated
 from bot.store.failover import RUN_RETRY_BUDGET_S, retried
@@ -381,9 +381,7 @@ class Jobs:
             kind="job_stopped",
             at=now,
             actor=by,
-            job_id=job_id,
-            channel=thread.channel,
-            thread_ts=thread.thread_ts,
+            **job_fields(job_id),
             detail={"while": "running"},
         )
         bucket = bucket_of(thread.tag)

@@ -37,7 +37,14 @@ from bot.agent.observe import ERROR_PREFIX
 from bot.agent.ports import LedgerEntry
 from bot.errors import StoreError
 from bot.records import LedgerRecord as LedgerRecord
-from bot.store.audit import ACTOR_BOT, OUTBOX_TTL_S, AuditEntry, AuditKind, bound_result
+from bot.store.audit import (
+    ACTOR_BOT,
+    OUTBOX_TTL_S,
+    AuditEntry,
+    AuditKind,
+    bound_result,
+    job_fields,
+)
 from bot.store.connection import translated
 from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.keys import Keys, thread_of
@@ -169,15 +176,12 @@ def _write_entry(
     """The audit entry of the write ``record`` is the ledger's entry of (its actor is set
     by the script)."""
     job_id, call_id = split_key(key)
-    thread = thread_of(job_id)
     return AuditEntry(
         id=f"{kind}:{key}",
         kind=kind,
         at=at,
         actor=ACTOR_BOT,
-        job_id=job_id,
-        channel=thread.channel,
-        thread_ts=thread.thread_ts,
+        **job_fields(job_id),
         tool=record.tool,
         call_id=call_id,
         args_hash=record.args_hash,
