@@ -229,7 +229,6 @@ class ModelCondenser:
         *,
         system_prompt: str,
         settings: LLMSettings,
-        keep_recent: int = DEFAULT_KEEP_RECENT,
         max_output_tokens: int = DEFAULT_SUMMARY_TOKENS,
     ) -> ModelCondenser:
         """Bound the request by the size at which the loop condenses, leaving room for
@@ -239,7 +238,6 @@ class ModelCondenser:
             client,
             system_prompt=system_prompt,
             max_input_tokens=max(min(settings.condense_at_tokens, room), 1),
-            keep_recent=keep_recent,
             max_output_tokens=max_output_tokens,
         )
 

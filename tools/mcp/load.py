@@ -277,7 +277,7 @@ def build_tools(
                     override=override,
                 ),
                 connection=connection,
-                timeout=timeout,
+                call_timeout=timeout,
             )
         )
     for remote_name in spec.tools if strict else ():

@@ -77,37 +77,18 @@ def decide(
     return Decided("mutating", False, "default")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)  # one tool is one object
 class McpTool:
     """A server's tool offered as ``<server>_<tool>``."""
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        remote_name: str,
-        description: str,
-        args_model: type[BaseModel],
-        decided: Decided,
-        connection: McpConnection,
-        timeout: float,
-        output_bound: int = DEFAULT_OUTPUT_BOUND,
-    ) -> None:
-        self._name = name
-        self.remote_name = remote_name
-        self._description = description
-        self._args_model = args_model
-        self.decided = decided
-        self.connection = connection
-        self.call_timeout = timeout
-        self._output_bound = output_bound
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def description(self) -> str:
-        return self._description
+    name: str
+    remote_name: str  # the name the server knows it by
+    description: str
+    args_model: type[BaseModel]
+    decided: Decided
+    connection: McpConnection
+    call_timeout: float  # what the server is given; ``timeout`` adds a grace
+    output_bound: int = DEFAULT_OUTPUT_BOUND
 
     @property
     def dry_run_available(self) -> bool:
@@ -124,14 +105,6 @@ class McpTool:
     @property
     def timeout(self) -> float:
         return self.call_timeout + TIMEOUT_GRACE_S
-
-    @property
-    def output_bound(self) -> int:
-        return self._output_bound
-
-    @property
-    def args_model(self) -> type[BaseModel]:
-        return self._args_model
 
     @property
     def category_reason(self) -> Reason:

@@ -110,22 +110,14 @@ class PackConfig:
 class PackSettings(Protocol):
     """The fields of ``bot.settings.ToolSettings`` the packs read."""
 
-    @property
-    def log_dirs(self) -> str: ...
-    @property
-    def http_allow(self) -> str: ...
-    @property
-    def prometheus_url(self) -> str | None: ...
-    @property
-    def alertmanager_url(self) -> str | None: ...
-    @property
-    def supervisor_url(self) -> str | None: ...
-    @property
-    def k8s_context(self) -> str | None: ...
-    @property
-    def k8s_namespaces(self) -> str: ...
-    @property
-    def postgres_url(self) -> str | None: ...
+    log_dirs: str
+    http_allow: str
+    prometheus_url: str | None
+    alertmanager_url: str | None
+    supervisor_url: str | None
+    k8s_context: str | None
+    k8s_namespaces: str
+    postgres_url: str | None
 
 
 @dataclass(frozen=True, slots=True)
