@@ -5,6 +5,8 @@ its payload (message text, blocks, markdown) passed through ``bot.scrub.Scrubber
 it leaves: the bot's own secrets by value and credential shapes, whatever path the text
 took (a model's answer, a provider's error in an ending, a dry run on a card).
 Identifiers (channel, ts, action ids, button values) are never touched.
+
+``error_code`` names a failed call's refusal (Slack's error code) for logs and fallbacks.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -49,3 +52,10 @@ class ScrubbingWebClient(AsyncWebClient):
             headers=headers,
             auth=auth,
         )
+
+
+def error_code(exc: BaseException) -> str:
+    """Slack's error code of a failed call (``unknown_method``), else the exception's type."""
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error") or exc.response.status_code)
+    return type(exc).__name__

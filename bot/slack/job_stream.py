@@ -13,11 +13,11 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.answers import partial_answer
+from bot.slack.client import error_code
 from bot.slack.streaming import (
     Mode,
     PacedWorker,
     StreamOptions,
-    error_code,
 )
 from bot.slack.task_cards import (
     CHUNK_REFUSALS,

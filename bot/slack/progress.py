@@ -60,7 +60,8 @@ from bot.slack.names import Names
 from bot.slack.outputs import CUT_AFTER
 from bot.slack.posting import post_in_thread, post_patiently
 from bot.slack.run_steps import RunSteps
-from bot.slack.streaming import AnswerStream, Pacing, StatusSwitch, ThreadStatus
+from bot.slack.streaming import AnswerStream, Pacing
+from bot.slack.thread_status import StatusSwitch, ThreadStatus
 from bot.slack.updates import UpdateBudget, budget_sender, edit_urgently
 
 __all__ = ["JobProgress", "budget_sender", "post_patiently"]
@@ -73,6 +74,10 @@ ENDING_WAIT_S = 15.0  # the ending's edit, urgent in the budget, before the job 
 
 
 class JobProgress:
+    """One job's run shown in its thread (see the module docstring): the run's event sink
+    on the Slack side, ``start``-ed or ``refresh``-ed once, ended by ``run_end`` or
+    ``abandon``."""
+
     def __init__(
         self,
         client: AsyncWebClient,

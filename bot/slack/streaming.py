@@ -33,8 +33,8 @@ People and channels are shown by name (``bot.slack.names``): what a stream shows
 Markdown, which renders ``<@U…>`` literally, so every call's text is looked up and rendered
 just before it is sent, and a mention still being written (``<@U01``) waits for its ``>``.
 
-``ThreadStatus`` keeps ``assistant.threads.setStatus`` up to date (paced, newest wins) and
-turns the process-wide :class:`StatusSwitch` off at the first failure.
+The assistant thread status (``ThreadStatus``, importable from here) is in
+``bot.slack.thread_status``.
 """
 
 from __future__ import annotations
@@ -45,13 +45,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.ports import Clock, LoopClock, TimerHandle
 from bot.slack.answers import partial_answer
 from bot.slack.blockkit import MAX_MARKDOWN
+from bot.slack.client import error_code
 from bot.slack.names import Names, mention_safe_end
+from bot.slack.thread_status import StatusSwitch as StatusSwitch  # importable from here too
+from bot.slack.thread_status import ThreadStatus as ThreadStatus
 from bot.slack.updates import UpdateBudget
 
 log = logging.getLogger(__name__)
@@ -59,8 +61,6 @@ log = logging.getLogger(__name__)
 MAX_STREAM_CALL = 12_000  # markdown_text per chat.startStream / appendStream / stopStream
 NOT_STREAMING = "message_not_in_streaming_state"
 SETTLE_TIMEOUT_S = 30.0  # a hang guard for winding a stream up
-STATUS_EVERY_S = 3.0
-STATUS_CLEAR_TIMEOUT_S = 5.0
 
 
 class Mode(enum.Enum):
@@ -76,13 +76,6 @@ class Pacing:
     start_after_s: float = 1.5  # … or this long after the first text, if still streaming
     append_every_s: float = 1.0  # at most one append (or edit) per stream per this
     max_chars: int = MAX_MARKDOWN  # shown at most (one message's markdown block)
-
-
-def error_code(exc: BaseException) -> str:
-    """Slack's error code of a failed call (``unknown_method``), else the exception's type."""
-    if isinstance(exc, SlackApiError):
-        return str(exc.response.get("error") or exc.response.status_code)
-    return type(exc).__name__
 
 
 class StreamOptions(TypedDict, total=False):
@@ -478,106 +471,3 @@ class AnswerStream(PacedWorker):
         self._budget.submit(self.channel, str(self.ts), partial_answer(text, render=self._render))
         self._shown_epoch, self._sent, self._last_call = self._epoch, len(text), now
         return 0
-
-
-class StatusSwitch:
-    """Whether ``assistant.threads.setStatus`` is worth calling: off for good after a failure."""
-
-    def __init__(self) -> None:
-        self.on = True
-        self.reason: str | None = None
-
-    def turn_off(self, reason: str) -> None:
-        if self.on:
-            log.info("assistant.threads.setStatus is off from now on: %s", reason)
-        self.on = False
-        self.reason = reason
-
-
-ASSISTANT_STATUS = StatusSwitch()  # the process's
-
-
-class ThreadStatus:
-    """The assistant status under a thread (``is running check_host…``), best effort: at
-    most one call per ``every_s`` (the newest status wins), cleared at once at the end, and
-    never called again in the process once a call failed."""
-
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        channel: str,
-        thread_ts: str,
-        *,
-        switch: StatusSwitch | None = None,
-        clock: Clock | None = None,
-        every_s: float = STATUS_EVERY_S,
-    ) -> None:
-        self._client = client
-        self.channel = channel
-        self.thread_ts = thread_ts
-        self.switch = switch or ASSISTANT_STATUS
-        self._clock: Clock = clock or LoopClock()
-        self._every = every_s
-        self._wanted: str | None = None
-        self._last_call: float | None = None
-        self._closing = False
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def show(self, status: str) -> None:
-        """Set the status soon (synchronous, never raises)."""
-        if not self.switch.on or self._closing:
-            return
-        self._wanted = status
-        self._poke()
-
-    async def clear(self, *, timeout: float = STATUS_CLEAR_TIMEOUT_S) -> None:  # noqa: ASYNC109
-        """Clear the status (if one was asked for) and wait for it, at most ``timeout``."""
-        self._closing = True
-        task = self._task
-        if task is None:
-            return
-        self._wanted = ""
-        self._poke()
-        done, _ = await asyncio.wait({task}, timeout=timeout)
-        if not done:
-            task.cancel()
-
-    def _poke(self) -> None:
-        self._wake.set()
-        if self._task is None:
-            try:
-                self._task = asyncio.create_task(self._work(), name=f"status {self.channel}")
-            except RuntimeError:
-                log.warning("no event loop for the thread status in %s", self.channel)
-
-    async def _work(self) -> None:
-        try:
-            while self.switch.on:
-                self._wake.clear()
-                wanted = self._wanted
-                if wanted is None:
-                    if self._closing:
-                        return
-                    await self._wake.wait()
-                    continue
-                now = self._clock.monotonic()
-                if not self._closing and self._last_call is not None:
-                    wait = self._last_call + self._every - now
-                    if wait > 0:
-                        timer = self._clock.call_later(wait, self._wake.set)
-                        try:
-                            await self._wake.wait()
-                        finally:
-                            timer.cancel()
-                        continue
-                self._wanted, self._last_call = None, now
-                try:
-                    await self._client.assistant_threads_setStatus(
-                        channel_id=self.channel, thread_ts=self.thread_ts, status=wanted
-                    )
-                except Exception as exc:
-                    self.switch.turn_off(f"{error_code(exc)} in {self.channel}")
-                    return
-        except Exception:
-            log.exception("the thread status in %s failed", self.channel)
