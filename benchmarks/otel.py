@@ -1,7 +1,7 @@
 """What OpenTelemetry tracing costs the loop: CPU per iteration with it off and on.
 
 The workload is ``benchmarks/core_loop.py``'s (an instant model, K tool calls, then an
-answer), run through ``bot.agent.run`` with the event sinks ``bot.turns.runner`` gives a
+answer), run through ``bot.agent.run`` with the event sinks ``bot.turns.run`` gives a
 job: the Redis trace recorder always, and the GenAI spans (``bot.otel.spans``) when
 tracing is on, exporting over OTLP/HTTP to ``bot.emulator.otlp_receiver`` running as
 another process on loopback (so its decoding is not counted). CPU is the process's

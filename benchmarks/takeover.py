@@ -50,11 +50,14 @@ from bot.agent import CallContext, FunctionTool, ModelRequest, ModelResponse, To
 from bot.agent.messages import UserMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.emulator.redis_server import ManagedRedis
+from bot.service import build_turns
+from bot.store.parts import Stores
 from bot.store.approvals import ApprovalRecord
 from bot.store.connection import connect
 from bot.store.jobs import JobLimits, JobRecord
 from bot.store.keys import BUCKETS, LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread, job_bucket
-from bot.turns.runner import Turns, TurnSettings
+from bot.turns.parts import Turns
+from bot.turns.run import TurnSettings
 from bot.turns.scanner import SCAN_INTERVAL_S, Scanner
 from tools.registry import Catalog
 
@@ -77,7 +80,7 @@ async def _ok(args: HostArgs, ctx: CallContext) -> str:
     return f"ok {args.host}"
 
 
-def build_turns(redis: aioredis.Redis, model: ScriptedModel, name: str) -> Turns:
+def process_turns(redis: aioredis.Redis, model: ScriptedModel, name: str) -> Turns:
     check = FunctionTool(name="check", description="check a host", args_model=HostArgs, fn=_ok)
     restart = FunctionTool(
         name="restart",
@@ -108,9 +111,8 @@ def build_turns(redis: aioredis.Redis, model: ScriptedModel, name: str) -> Turns
         async def acknowledge(self, thread: Thread, items: Sequence[object]) -> None:
             pass
 
-    return Turns(
-        redis=redis,
-        keys=Keys(PREFIX),
+    return build_turns(
+        Stores.build(redis, Keys(PREFIX)),
         resolver=model,
         catalog=Catalog(
             tools={"check": check, "restart": restart},
@@ -160,7 +162,7 @@ class Scheduler:
 
     async def _run(self, job_id: str) -> None:
         try:
-            await self.turns.run_job(job_id)
+            await self.turns.runner.run_job(job_id)
         except Exception as exc:
             print(f"job {job_id} failed outside the loop: {exc!r}", file=sys.stderr)
         finally:
@@ -203,7 +205,7 @@ async def survivor(url: str, name: str, own: int, busy_ms: float, idle_ms: float
         await redis.hsetnx(RESUMED, label, f"{time.time()}|{name}")
         return text("resumed")
 
-    turns = build_turns(redis, ScriptedModel(fn=reply), name)
+    turns = process_turns(redis, ScriptedModel(fn=reply), name)
     schedule = Scheduler(turns)
     scanner = TimedScanner(turns, schedule=schedule, on_expired=no_expiry)
     scanner.durations = []
@@ -233,7 +235,7 @@ async def survivor(url: str, name: str, own: int, busy_ms: float, idle_ms: float
 
     for i in range(own):  # jobs of its own that keep running here
         label = f"own-{name}-{i}"  # name is s<N>
-        receipt = await turns.receive(
+        receipt = await turns.receiver.receive(
             thread_for(label),
             ts=thread_for(label).thread_ts,
             user="UBENCH",
@@ -265,17 +267,17 @@ async def victim(url: str, round_no: int, jobs: int, seed: int) -> None:
         hanging[label].set()  # in flight when the process dies
         return await forever()
 
-    turns = build_turns(redis, ScriptedModel(fn=reply), f"victim-{round_no}")
+    turns = process_turns(redis, ScriptedModel(fn=reply), f"victim-{round_no}")
     schedule = Scheduler(turns)
     schedule.spawn(Scanner(turns, schedule=schedule, on_expired=no_expiry).run())
-    keys = turns.keys
+    keys = turns.stores.keys
     labels = [f"r-{round_no}-{i:02d}" for i in range(jobs)]
     scenario = {label: SCENARIOS[i % len(SCENARIOS)] for i, label in enumerate(labels)}
     job_ids: dict[str, str] = {}
     call_ids: dict[str, str] = {}
 
     async def receive(label: str) -> str:
-        receipt = await turns.receive(
+        receipt = await turns.receiver.receive(
             thread_for(label),
             ts=thread_for(label).thread_ts,
             user="UBENCH",
@@ -290,11 +292,11 @@ async def victim(url: str, round_no: int, jobs: int, seed: int) -> None:
 
     for label in labels:  # the jobs that reach the crash by a pause or a limit
         if scenario[label] == "approval":
-            paused = await turns.run_job(await receive(label))
+            paused = await turns.runner.run_job(await receive(label))
             assert paused is not None and paused.approval is not None, paused
             call_ids[label] = paused.approval.call_id
         elif scenario[label] == "continue":
-            stopped = await turns.run_job(await receive(label))
+            stopped = await turns.runner.run_job(await receive(label))
             assert stopped is not None and stopped.stop_reason.value == "limit_iterations"
     # A paused job is looked at by some scan (the next look is then far off) before
     # anyone clicks, as when people take more than a few seconds to decide.
@@ -313,7 +315,7 @@ async def victim(url: str, round_no: int, jobs: int, seed: int) -> None:
         if scenario[label] == "mention":
             schedule(await receive(label))  # the ack path: persist, then run
         elif scenario[label] == "approval":
-            decided = await turns.approvals.decide(
+            decided = await turns.stores.approvals.decide(
                 job_ids[label],
                 call_ids[label],
                 outcome="approved",
@@ -324,7 +326,7 @@ async def victim(url: str, round_no: int, jobs: int, seed: int) -> None:
             assert decided is not None and decided.won
             schedule(job_ids[label])  # the clicking process resumes it
         else:
-            raised = await turns.raise_limit(job_ids[label], "UBENCH")
+            raised = await turns.controls.raise_limit(job_ids[label], "UBENCH")
             assert not isinstance(raised, str), raised
             schedule(job_ids[label])
 
@@ -358,23 +360,23 @@ def child(role: str, *args: str) -> subprocess.Popen[bytes]:
 async def make_paused(redis: aioredis.Redis, count: int) -> None:
     """Jobs awaiting approval (their cards posted): work for every scan."""
     model = ScriptedModel(fn=lambda _: calls(call("restart", host="web-01")))
-    turns = build_turns(redis, model, "maker")
+    turns = process_turns(redis, model, "maker")
 
     async def one(i: int) -> None:
         label = f"paused-{i}"
-        receipt = await turns.receive(
+        receipt = await turns.receiver.receive(
             thread_for(label),
             ts=thread_for(label).thread_ts,
             user="UBENCH",
             text=f"job={label} scenario=paused",
         )
         assert receipt.job_id is not None
-        await turns.run_job(receipt.job_id)
+        await turns.runner.run_job(receipt.job_id)
 
     for start in range(0, count, 50):
         await asyncio.gather(*(one(i) for i in range(start, min(start + 50, count))))
     # Spread their next looks over the 30 s a paused job waits between looks.
-    keys = turns.keys
+    keys = turns.stores.keys
     now = time.time()
     for bucket in BUCKETS:
         members = await redis.zrange(keys.active_jobs(bucket), 0, -1)

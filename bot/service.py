@@ -4,12 +4,16 @@ what it needs through its constructor.
 ``Service.open`` makes, in dependency order and with constructor arguments only (nothing
 is patched in afterwards): Redis, the model HTTP client and fallback chain, the system
 prompt, the tool catalogue (MCP servers connected), the Slack Web API client, the paced
-``chat.update`` budget, the metrics; then the Slack edge's ``SlackNotifier`` (how a job
-shows itself), ``Turns`` (which takes the notifier), the process's ``Tasks`` (which take
-``Turns``), the buttons' ``Interactions`` and the message listeners (which take ``Turns``
-and ``Tasks.schedule``), the ``Scanner`` (with the card hooks of ``Interactions``) and
-the bolt app. ``start`` spawns the long-lived loops; ``close`` drains and closes in
-reverse order.
+``chat.update`` budget, the metrics; then every store (``Stores.build``, with the caps
+and the new-jobs gate this module builds from the settings: one ``Stores`` value that
+every part receives; the CLI's commands get theirs the same way, through
+``bot.cli.parts``), the Slack edge's ``SlackNotifier`` (how a job shows itself), the
+jobs side in its parts (``build_turns``: the receiver, the runner, the cards, the
+controls, each given the stores and, where it shows something, the notifier), the
+process's ``Tasks`` (which take ``Turns``), the buttons' ``Interactions`` and the
+message listeners (which take ``Turns`` and ``Tasks.schedule``), the ``Scanner`` (with
+the card hooks of ``Interactions``) and the bolt app. ``start`` spawns the long-lived
+loops; ``close`` drains and closes in reverse order.
 
 ``serve`` and ``socket_mode`` are ``opsloop serve`` and ``opsloop socket``: the service
 behind one of the Slack edge's transports (``bot.slack.http``, ``bot.slack.socket``).
@@ -38,6 +42,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncServerErrorRetryHandler,
 )
 
+from bot.agent.ports import ClientResolver, Condense, Pricing, Spend
 from bot.llm.chain import build_chain
 from bot.llm.condense import ModelCondenser
 from bot.llm.http import make_http_client
@@ -65,16 +70,86 @@ from bot.store.audit import AuditLog
 from bot.store.connection import RedisTarget, connect, durability
 from bot.store.jobs import JobLimits
 from bot.store.keys import Keys
+from bot.store.parts import Stores
+from bot.store.quota import DailyCaps, JobAdmission, JobRate
 from bot.store.replicas import Replication
 from bot.turns.audit import AuditPublisher
 from bot.turns.background import Tasks
-from bot.turns.runner import Turns, TurnSettings
+from bot.turns.cards import Cards
+from bot.turns.controls import Controls
+from bot.turns.parts import Turns
+from bot.turns.ports import Notifier
+from bot.turns.receive import Receiver
+from bot.turns.run import JobRunner, TurnSettings, process_name
 from bot.turns.scanner import Scanner
-from bot.turns.spend import WorkspaceSpend, daily_caps, job_admission
+from bot.turns.spend import WorkspaceSpend
 from tools.packs import PackConfig
 from tools.registry import Catalog, open_catalog
 
 log = logging.getLogger(__name__)
+
+
+def daily_caps(redis: aioredis.Redis, keys: Keys, bot: BotSettings) -> DailyCaps | None:
+    """``OPSLOOP_DAILY_TOKEN_BUDGET`` and ``OPSLOOP_DAILY_COST_USD``; None when neither is set."""
+    if bot.daily_token_budget is None and bot.daily_cost_usd is None:
+        return None
+    return DailyCaps(redis, keys, tokens=bot.daily_token_budget, cost_usd=bot.daily_cost_usd)
+
+
+def job_admission(
+    redis: aioredis.Redis, keys: Keys, bot: BotSettings, *, caps: DailyCaps | None = None
+) -> JobAdmission | None:
+    """The ack path's check of new jobs (the daily caps, ``OPSLOOP_JOBS_PER_USER_HOUR``);
+    None when neither is on. Pass the process's ``caps`` to share its scripts."""
+    caps = caps if caps is not None else daily_caps(redis, keys, bot)
+    per_hour = bot.jobs_per_user_hour
+    if caps is None and per_hour <= 0:
+        return None
+    rate = JobRate(redis, keys, per_hour=per_hour) if per_hour > 0 else None
+    return JobAdmission(redis, keys, caps=caps, rate=rate)
+
+
+def build_turns(
+    stores: Stores,
+    *,
+    resolver: ClientResolver,
+    catalog: Catalog,
+    system_prompt: str,
+    settings: TurnSettings,
+    condense: Condense | None = None,
+    consumer: str | None = None,
+    notifier: Notifier | None = None,
+    tracing: Tracing | None = None,
+    pricing: Pricing | None = None,
+    spend: Spend | None = None,
+    audit: AuditPublisher | None = None,
+) -> Turns:
+    """The jobs side of a process from its parts (``bot.turns.parts``); ``notifier=None``
+    runs jobs headless, ``consumer`` names the process in the inject streams (default:
+    host and pid)."""
+    cards = Cards(stores, notifier)
+    runner = JobRunner(
+        stores=stores,
+        resolver=resolver,
+        catalog=catalog,
+        system_prompt=system_prompt,
+        settings=settings,
+        cards=cards,
+        condense=condense,
+        notifier=notifier,
+        tracing=tracing,
+        pricing=pricing,
+        spend=spend,
+        consumer=consumer if consumer is not None else process_name(),
+    )
+    return Turns(
+        stores=stores,
+        receiver=Receiver(stores, settings.limits),
+        runner=runner,
+        cards=cards,
+        controls=Controls(stores.approvals, stores.jobs),
+        audit=audit,
+    )
 
 
 def turn_settings(bot: BotSettings, llm: LLMSettings) -> TurnSettings:
@@ -230,9 +305,17 @@ class Service:
             approvers=bot.approver_ids,
         )
         caps = daily_caps(redis, keys, bot)  # OPSLOOP_DAILY_TOKEN_BUDGET / _COST_USD
-        turns = Turns(
-            redis=redis,
-            keys=keys,
+        stores = Stores.build(
+            redis,
+            keys,
+            replication=Replication(min_replicas=bot.redis_min_replicas),
+            on_audit=audit.staged,
+            audit_log=audit.log,
+            caps=caps,
+            admission=job_admission(redis, keys, bot, caps=caps),
+        )
+        turns = build_turns(
+            stores,
             resolver=resolver,
             catalog=catalog,
             system_prompt=prompt,
@@ -253,7 +336,6 @@ class Service:
             ),
             tracing=tracing,
             audit=audit,
-            replication=Replication(min_replicas=bot.redis_min_replicas),
         )
         tasks = Tasks(
             turns,
@@ -278,7 +360,6 @@ class Service:
             identity=identity,
             schedule=tasks.schedule,
             allowed_bots=bot.allowed_bot_ids,
-            admission=job_admission(redis, keys, bot, caps=caps),
             approvers=policy.approvers,
             background=tasks.spawn,
         )
@@ -325,7 +406,8 @@ class Service:
     def start(self) -> None:
         """Spawn the long-lived loops: the scanner, the stop listener, the lag probe."""
         self.tasks.spawn(self.scanner.run(), "scanner")
-        self.tasks.spawn(self.turns.listen_for_stops(), "stop signals")
+        stop_signalled = self.turns.runner.stop_signalled
+        self.tasks.spawn(self.turns.stores.listen_for_stops(stop_signalled), "stop signals")
         self.tasks.spawn(watch_loop(self.metrics), "loop lag")
         if self.turns.audit is not None:
             self.tasks.spawn(self.turns.audit.record_start(), "audit: process started")

@@ -192,7 +192,7 @@ def test_no_import_cycles() -> None:
     ("module", "source"),
     [
         ("bot.store.jobs", "from bot.slack.cards import approval_card"),
-        ("bot.store.jobs", "from bot.turns import runner"),
+        ("bot.store.jobs", "from bot.turns import run"),
         ("tools.registry", "import bot.store.keys"),
         ("bot.agent.run", "from ..llm import openai"),
         ("bot.settings", "from tools.packs import PackConfig"),
@@ -201,7 +201,7 @@ def test_no_import_cycles() -> None:
         ("bot.slack.app", "from bot.store.keys import Thread"),
         ("bot.records", "from bot.store.keys import Keys"),
         ("bot.records", "from bot.slack.cards import approval_card"),
-        ("bot.turns.runner", "importlib.import_module('bot.slack.app')"),
+        ("bot.turns.run", "importlib.import_module('bot.slack.app')"),
         ("bot.newroom.x", "import os"),
     ],
 )

@@ -47,7 +47,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.measure import Measurement
@@ -59,11 +58,11 @@ from bot.agent.events import Event, ToolEnd, ToolStart
 from bot.agent.observe import summary_line, to_text
 from bot.agent.redact import redact_secrets_in_turns
 from bot.agent.tools import CONFIRMED_BY, CallContext, Tool, canonical_json
+from bot.cli.parts import command_stores
 from bot.errors import ConfigError, StoreError, ToolError
 from bot.settings import ToolSettings, load_bot_settings, load_tool_settings
 from bot.store.audit import AuditLog
-from bot.store.cli_calls import CliCalls
-from bot.store.connection import RedisTarget, connect
+from bot.store.connection import RedisTarget
 from bot.store.jobs import JobRecord
 from bot.store.keys import Keys
 from bot.store.trace import TraceRecorder
@@ -305,9 +304,8 @@ class _Record:
         confirmed_by: str,
         environ: Mapping[str, str],
     ) -> int:
-        redis = connect(self.redis_url, max_connections=2)
-        try:
-            calls = CliCalls(redis, self.keys)
+        async with command_stores(self.redis_url, self.keys) as stores:
+            calls = stores.cli_calls
             canonical = canonical_json(model.model_dump(mode="json", exclude={CONFIRMED_BY}))
             try:
                 job = await calls.begin(
@@ -339,18 +337,16 @@ class _Record:
             except StoreError as exc:
                 _warn(console, f"ran, but its outcome could not be recorded in {job.id}: {exc}")
                 return EXIT_TOOL_ERROR
-            await _chain_audit(redis, self.keys, job)
+            await _chain_audit(stores.audit_log, job)
             print(f"recorded as {job.id} (opsloop trace {job.id})", file=sys.stderr)
             return EXIT_OK if ok else EXIT_TOOL_ERROR
-        finally:
-            await redis.aclose()
 
 
-async def _chain_audit(redis: aioredis.Redis, keys: Keys, job: JobRecord) -> None:
+async def _chain_audit(audit_log: AuditLog, job: JobRecord) -> None:
     """Chain the call's audit entries now (the scanner of a running bot would within
     seconds; with none running they would wait)."""
     try:
-        await AuditLog(redis, keys).publish(job.thread.tag)
+        await audit_log.publish(job.thread.tag)
     except StoreError:
         log.warning("the audit entries of %s are staged, not chained yet", job.id, exc_info=True)
 

@@ -29,13 +29,14 @@ from urllib.parse import parse_qs, urlsplit
 import redis.asyncio as aioredis
 
 from bot.agent.messages import AssistantMessage, Malformed, UserMessage
+from bot.cli.parts import command_stores
 from bot.errors import ConfigError, StoreError
 from bot.llm.prices import cost_text
 from bot.otel.meta import trace_id_of
-from bot.store.approvals import ApprovalRecord, Approvals
-from bot.store.connection import RedisTarget, connect, translated
+from bot.store.approvals import ApprovalRecord
+from bot.store.connection import RedisTarget, translated
 from bot.store.history import load_message
-from bot.store.jobs import JobRecord, Jobs
+from bot.store.jobs import JobRecord
 from bot.store.keys import Keys, Thread
 from bot.store.trace import (
     ApprovalEntry,
@@ -117,9 +118,8 @@ class JobTrace:
 
 async def load(redis_url: str | RedisTarget, keys: Keys, target: Target) -> list[JobTrace]:
     """The target's jobs with their traces and approvals, oldest first (may be empty)."""
-    redis = connect(redis_url, max_connections=4)
-    try:
-        jobs, approvals = Jobs(redis, keys), Approvals(redis, keys)
+    async with command_stores(redis_url, keys, max_connections=4) as stores:
+        redis, jobs, approvals = stores.redis, stores.jobs, stores.approvals
         if target.job is not None:
             numbers = [target.job]
         else:
@@ -142,8 +142,6 @@ async def load(redis_url: str | RedisTarget, keys: Keys, target: Target) -> list
                         trace.approvals[entry.call_id] = approval
             found.append(trace)
         return found
-    finally:
-        await redis.aclose()
 
 
 async def _from_history(

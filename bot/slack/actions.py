@@ -38,7 +38,7 @@ from bot.slack.policy import ApproverPolicy
 from bot.slack.status_blocks import ending_message
 from bot.slack.updates import UpdateBudget
 from bot.turns.controls import UNKNOWN_CARD, Accepted, Refused, Verdict
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 from bot.turns.spend import CapContinued, DailyCaps, Raised, continue_capped, stopped_by_cap
 
 log = logging.getLogger(__name__)
@@ -115,11 +115,11 @@ class Interactions:
         if approval.status == "pending":
             return False
         if approval.card_ts is None:  # never posted: no card can be showing buttons
-            await self.turns.card_edited(approval.job_id, approval.call_id)
+            await self.turns.stores.approvals.card_edited(approval.job_id, approval.call_id)
             return True
         at = approval.decided_at or time.time()
         try:
-            replies = await self.turns.card_replies.of(approval)
+            replies = await self.turns.stores.card_replies.of(approval)
         except StoreError:
             log.info("card %s: shown without its replies", approval.card_ts, exc_info=True)
             replies = []
@@ -127,7 +127,7 @@ class Interactions:
         if not await self._edit_card(approval, message):
             return False
         try:
-            await self.turns.card_edited(approval.job_id, approval.call_id)
+            await self.turns.stores.approvals.card_edited(approval.job_id, approval.call_id)
         except StoreError:
             card = approval.card_ts
             log.info("card %s edited; settling it is left to a scan", card, exc_info=True)
@@ -167,14 +167,14 @@ class Interactions:
         died between a reply's receipt and the card's edit left the edit to a scan);
         ``acknowledge``: each reply gets ``eyes`` too."""
         thread = Thread(approval.channel, approval.thread_ts)
-        seq = await self.turns.receipts.count(thread)  # before reading: never past it
-        replies = await self.turns.card_replies.of(approval)
+        seq = await self.turns.stores.receipts.count(thread)  # before reading: never past it
+        replies = await self.turns.stores.card_replies.of(approval)
         if replies:
             await self._show_replies(approval)
             if acknowledge:
                 for reply in replies:
                     await self._eyes(thread.channel, reply.ts)
-        await self.turns.approvals.replies_shown(approval.job_id, approval.call_id, seq)
+        await self.turns.stores.approvals.replies_shown(approval.job_id, approval.call_id, seq)
 
     async def _eyes(self, channel: str, ts: str) -> None:
         try:
@@ -188,13 +188,13 @@ class Interactions:
     async def _waiting_card(self, job_id: str) -> ApprovalRecord | None:
         """The pending approval of ``job_id`` once its card is posted (a reply may come
         while the card is being posted: waited for, at most ``CARD_POSTED_WAIT_S``)."""
-        approval = await self.turns.waiting_card(job_id)
+        approval = await self.turns.cards.waiting(job_id)
         deadline = time.monotonic() + CARD_POSTED_WAIT_S
         while approval is not None and approval.card_ts is None:
             if time.monotonic() >= deadline:
                 return None
             await asyncio.sleep(CARD_POSTED_POLL_S)
-            approval = await self.turns.approval(approval.job_id, approval.call_id)
+            approval = await self.turns.stores.approvals.get(approval.job_id, approval.call_id)
         return approval
 
     async def _show_replies(self, approval: ApprovalRecord) -> None:
@@ -203,7 +203,7 @@ class Interactions:
         edit shows the last state whichever process made the edits before it."""
         shown: tuple[str, tuple[str, ...]] | None = None
         for _ in range(CARD_RENDER_ROUNDS):
-            replies = await self.turns.card_replies.of(approval)
+            replies = await self.turns.stores.card_replies.of(approval)
             now = (approval.status, tuple(r.ts for r in replies))
             if now == shown:
                 return
@@ -216,7 +216,7 @@ class Interactions:
                 )
             await self._edit_card(approval, message)
             shown = now
-            fresh = await self.turns.approval(approval.job_id, approval.call_id)
+            fresh = await self.turns.stores.approvals.get(approval.job_id, approval.call_id)
             if fresh is None:
                 return
             approval = fresh
@@ -268,7 +268,7 @@ class Interactions:
 
         try:
             verdict: Verdict = (
-                await self.turns.decide(
+                await self.turns.controls.decide(
                     job_id,
                     call_id,
                     outcome=outcome,
@@ -301,7 +301,7 @@ class Interactions:
         """The clicker of Stop or Continue if they may steer the job the button names
         (its requester or an approver); otherwise they are told why and ``None``."""
         user, team_id = clicker(body)
-        record = await self.turns.job(job_id) if valid_job_id(job_id) else None
+        record = await self.turns.stores.jobs.get(job_id) if valid_job_id(job_id) else None
         refusal = (
             "this job no longer exists"
             if record is None
@@ -317,7 +317,7 @@ class Interactions:
         job_id = str(action.get("value") or "")
         if (user := await self._steerer(body, job_id)) is None:
             return
-        outcome = await self.turns.stop(job_id, user)
+        outcome = await self.turns.controls.stop(job_id, user)
         if outcome.kind == "ended":
             self._later(self._tell(body, "Nothing changed: this job has already ended."), "eph")
         elif outcome.kind == "cancelled" and outcome.record is not None:
@@ -348,13 +348,15 @@ class Interactions:
         # ``job|n``: the Continue of the ending that followed the job's n-th raise, so a
         # replayed click, or one on an earlier ending's button, raises nothing.
         job_id, _, seq = str(action.get("value") or "").partition("|")
-        record = await self.turns.job(job_id) if valid_job_id(job_id) else None
+        record = await self.turns.stores.jobs.get(job_id) if valid_job_id(job_id) else None
         if record is not None and stopped_by_cap(record):
             await self._continue_capped(body, record, int(seq) if seq.isdigit() else None)
             return
         if (user := await self._steerer(body, job_id)) is None:
             return
-        raised = await self.turns.raise_limit(job_id, user, seq=int(seq) if seq.isdigit() else None)
+        raised = await self.turns.controls.raise_limit(
+            job_id, user, seq=int(seq) if seq.isdigit() else None
+        )
         if isinstance(raised, str):
             self._later(self._tell(body, f"Nothing changed: {raised}."), "ephemeral")
             return
@@ -378,7 +380,7 @@ class Interactions:
         audit = self.turns.audit
         try:
             outcome = await continue_capped(
-                self.turns.jobs,
+                self.turns.stores.jobs,
                 self.caps,
                 record.id,
                 user,

@@ -43,10 +43,9 @@ from bot.slack.context import Own, thread_context
 from bot.slack.identity import BotIdentity
 from bot.slack.names import Names
 from bot.slack.status_blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
-from bot.turns import admission as gate
-from bot.turns.admission import JobAdmission
+from bot.turns.admission import NotAdmitted
 from bot.turns.context import ContextWindow
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +70,6 @@ class Messages:
         schedule: Callable[[str], None],
         allowed_bots: frozenset[str],
         context_timeout_s: float = CONTEXT_TIMEOUT_S,
-        admission: JobAdmission | None = None,
         approvers: Sequence[str] = (),
         background: Background | None = None,
     ) -> None:
@@ -81,8 +79,6 @@ class Messages:
         self.schedule = schedule
         self.allowed_bots = allowed_bots
         self.context_timeout_s = context_timeout_s
-        # New jobs' gate (the daily caps, the per-person rate: ``bot.turns.admission``).
-        self.admission = admission
         self.approvers = approvers  # named in the daily cap's refusal
         self._background = background
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -150,9 +146,7 @@ class Messages:
         async def context(window: ContextWindow) -> str | None:
             return await self.thread_context(thread, window)
 
-        receipt = await gate.receive(
-            self.turns,
-            self.admission,
+        receipt = await self.turns.receiver.receive(
             thread,
             ts=ts,
             user=user,
@@ -160,7 +154,7 @@ class Messages:
             reply=reply,
             context=context,
         )
-        if isinstance(receipt, gate.NotAdmitted):
+        if isinstance(receipt, NotAdmitted):
             log.info("no job for %s in %s: %s", ts, thread, receipt.verdict.kind)
             told = admission.tell(self.client, thread, user, receipt, approvers=self.approvers)
             self.spawn(told, "admission refusal")

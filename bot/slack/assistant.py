@@ -46,7 +46,7 @@ from bot.settings import DEFAULT_SUGGESTED_PROMPTS
 from bot.slack.blockkit import Message as BlockMessage
 from bot.slack.blockkit import context_block, mention, one_line, unescape
 from bot.turns.assistant import Pane, PaneContext
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ once and then:
 
 - counted in ``opsloop_feedback_total{value}`` (this process's registry) — whatever the
   job, however old the message;
-- recorded in the job's trace (``Turns.record_feedback``: who, which value, which
+- recorded in the job's trace (``bot.turns.feedback``: who, which value, which
   message) when the trace still exists; an expired or unknown job writes nothing.
 
 It is never an error: the value is not trusted (a value other than the two ours carry
@@ -26,7 +26,8 @@ from slack_bolt.async_app import AsyncApp
 from bot.metrics import Metrics
 from bot.slack.actions import clicker, valid_job_id
 from bot.slack.answers import ACTION_FEEDBACK, FeedbackValue
-from bot.turns.runner import Turns
+from bot.turns.feedback import record_feedback
+from bot.turns.parts import Turns
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,8 @@ class Feedback:
         container = body.get("container")
         ts = container.get("message_ts") if isinstance(container, dict) else None
         message_ts = ts if isinstance(ts, str) and ts else None
-        written = await self.turns.record_feedback(
-            job_id, value=chosen, by=user, message_ts=message_ts
+        written = await record_feedback(
+            self.turns.stores, job_id, value=chosen, by=user, message_ts=message_ts
         )
         log.info(
             "job %s: %s feedback from %s%s",

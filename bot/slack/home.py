@@ -47,7 +47,7 @@ from bot.slack.blockkit import (
 from bot.slack.cards import whom_to_ask
 from bot.slack.names import Names
 from bot.turns.home import SHOWN, Configured, Home, HomeCard, HomeJob, configured, read_home
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from slack_bolt.async_app import AsyncApp
 from bot.errors import StoreError
 from bot.metrics import Metrics
 from bot.slack.gate import MAX_BODY_BYTES, Answer, Gate, acknowledged
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 HEALTH_TIMEOUT_S = 2.0
 SHUTDOWN_TIMEOUT_S = 5.0
@@ -54,7 +54,7 @@ class _Routes:
     async def healthz(self, request: web.Request) -> web.Response:
         try:
             async with asyncio.timeout(HEALTH_TIMEOUT_S):
-                await self.turns.ping()
+                await self.turns.stores.ping()
         except (StoreError, TimeoutError):
             return web.json_response({"ok": False, "redis": "unavailable"}, status=503)
         body: dict[str, object] = {"ok": True}
@@ -66,7 +66,7 @@ class _Routes:
         live: tuple[int, int] | None
         try:
             async with asyncio.timeout(HEALTH_TIMEOUT_S):
-                counts = await self.turns.live_counts()
+                counts = await self.turns.stores.live_counts()
         except (StoreError, TimeoutError):
             live = None
         else:

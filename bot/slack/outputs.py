@@ -29,7 +29,7 @@ from bot.slack.actions import clicker, valid_job_id
 from bot.slack.blockkit import MAX_BLOCKS, Block, Message
 from bot.slack.files import post_file
 from bot.turns.outputs import job_thread, tool_output
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 log = logging.getLogger(__name__)
 

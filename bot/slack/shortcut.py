@@ -51,10 +51,9 @@ from bot.slack.actions import Interactions
 from bot.slack.admission import refusal_text
 from bot.slack.context import author, message_text
 from bot.slack.inbound import CHANNEL_ID, SLACK_TS
-from bot.turns import admission as gate
-from bot.turns.admission import JobAdmission
+from bot.turns.admission import NotAdmitted
 from bot.turns.context import ContextWindow, ts_key
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +107,6 @@ class Messages(Protocol):
     client: AsyncWebClient
     turns: Turns
     schedule: Callable[[str], None]
-    admission: JobAdmission | None
     approvers: Sequence[str]
 
     async def thread_context(self, thread: Thread, window: ContextWindow) -> str | None: ...
@@ -162,16 +160,14 @@ class Shortcut:
         async def context(window: ContextWindow) -> str | None:
             return await self.messages.thread_context(thread, window)
 
-        receipt = await gate.receive(
-            self.messages.turns,
-            self.messages.admission,
+        receipt = await self.messages.turns.receiver.receive(
             thread,
             ts=ts,
             user=user,
             text=request_text(message),
             context=context,
         )
-        if isinstance(receipt, gate.NotAdmitted):
+        if isinstance(receipt, NotAdmitted):
             log.info("shortcut on %s by %s: not admitted (%s)", ts, user, receipt.verdict.kind)
             if receipt.verdict.first:
                 self._tell(body, refusal_text(receipt, approvers=self.messages.approvers))

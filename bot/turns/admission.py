@@ -1,7 +1,7 @@
 """Admission: whether a message that would start a new job may, on the ack path.
 
-``receive`` is ``Turns.receive`` with a gate in front of the job it would create: the
-workspace's daily caps must not be reached and the author must not have started their
+``Gate`` stands in front of the job a message would create (``bot.turns.receive`` asks
+it): the workspace's daily caps must not be reached and the author must not have started their
 hourly rate of jobs (``bot.store.quota.JobAdmission``: one script, one round trip).
 Only a message that would *start* a job is asked about; a reply or mention in a thread
 whose job is live joins that job as always (a correction is never refused), and a reply
@@ -28,13 +28,11 @@ from dataclasses import dataclass
 
 from bot.store.keys import Thread
 from bot.store.quota import Admitted, CapReached, JobAdmission, RateLimited, Verdict
-from bot.store.receipt import Receipt
-from bot.turns.context import ContextWindow, ThreadContext, context_first
-from bot.turns.runner import Turns
+from bot.turns.context import ContextWindow, ThreadContext
 
-# The gate and its verdicts, for the Slack edge (which takes only record types from the
-# store: it holds the gate for ``receive`` and reads the verdicts it returns).
-__all__ = ["CapReached", "JobAdmission", "NotAdmitted", "RateLimited", "message_key", "receive"]
+# The gate and its verdicts, for the Slack edge (which imports no store module: it reads
+# the verdicts ``Receiver.receive`` returns).
+__all__ = ["CapReached", "Gate", "JobAdmission", "NotAdmitted", "RateLimited", "message_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +47,13 @@ def message_key(thread: Thread, ts: str) -> str:
     return f"{thread.channel}:{ts}"
 
 
-class _Gate:
+class Gate:
     """One message's admission, asked at most once."""
 
-    def __init__(self, admission: JobAdmission, user: str, key: str) -> None:
+    def __init__(self, admission: JobAdmission, user: str, thread: Thread, ts: str) -> None:
         self._admission = admission
         self._user = user
-        self._key = key
+        self._key = message_key(thread, ts)
         self.verdict: Verdict | None = None
         self.failure: Exception | None = None
 
@@ -85,36 +83,3 @@ class _Gate:
         if self.verdict is None or isinstance(self.verdict, Admitted):
             return None
         return NotAdmitted(self.verdict)
-
-
-async def receive(
-    turns: Turns,
-    admission: JobAdmission | None,
-    thread: Thread,
-    *,
-    ts: str,
-    user: str,
-    text: str,
-    reply: bool = False,
-    context: ThreadContext | None = None,
-) -> Receipt | NotAdmitted:
-    """``Turns.receive`` unless the message would start a job ``admission`` refuses (see
-    the module docstring); ``admission=None``: no gate."""
-    if admission is None or not admission.active:
-        return await turns.receive(
-            thread, ts=ts, user=user, text=text, reply=reply, context=context
-        )
-    gate = _Gate(admission, user, message_key(thread, ts))
-    if ts == thread.thread_ts:
-        await gate.ask()
-        if (refused := gate.refusal()) is not None:
-            return refused
-        return await turns.receive(
-            thread, ts=ts, user=user, text=text, reply=reply, context=context
-        )
-    await context_first(
-        turns.held, turns.receipts, thread, ts=ts, reply=reply, context=gate.before(context)
-    )
-    if (refused := gate.refusal()) is not None:
-        return refused
-    return await turns.receive(thread, ts=ts, user=user, text=text, reply=reply)

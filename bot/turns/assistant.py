@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from bot.store.assistant import AssistantThreads, PaneContext
 from bot.store.keys import Thread
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 __all__ = ["Pane", "PaneContext"]
 
@@ -22,7 +22,7 @@ class Pane:
     threads: AssistantThreads = field(init=False)
 
     def __post_init__(self) -> None:
-        self.threads = AssistantThreads(self.turns.redis, self.turns.keys)
+        self.threads = self.turns.stores.assistant_threads
 
     async def save_context(self, thread: Thread, context: PaneContext) -> None:
         await self.threads.save(thread, context)

@@ -45,7 +45,7 @@ from typing import Any
 
 from bot.errors import StoreError
 from bot.store.jobs import JobStatus
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Tasks:
         self._look: asyncio.Task[None] | None = None
         self._look_again = False
         self._looked_at = float("-inf")  # the event loop's time of the last look
-        turns.on_run_end = self._ran  # a slot frees when its run ends (``Turns``)
+        turns.runner.on_run_end = self._ran  # a slot frees when its run ends (``Turns``)
 
     # -- what the process reports (/metrics, /healthz) ------------------------------
 
@@ -124,7 +124,7 @@ class Tasks:
     def schedule(self, job_id: str) -> None:
         """Run the job in the background if this process has room, else leave it queued
         (see the module docstring); returns at once either way."""
-        if job_id in self.scheduled or self.turns.draining:
+        if job_id in self.scheduled or self.turns.runner.draining:
             return
         if self.running < self.limit:
             self._start(job_id)
@@ -134,7 +134,7 @@ class Tasks:
     def resume(self, job_id: str) -> None:
         """``schedule`` for a job already under way (a decision, a Continue, a takeover):
         it may use the reserve, and waits ahead of new jobs."""
-        if job_id in self.scheduled or self.turns.draining:
+        if job_id in self.scheduled or self.turns.runner.draining:
             return
         self._starts.pop(job_id, None)
         if self.running < self.limit + self.reserve:
@@ -164,7 +164,7 @@ class Tasks:
 
     async def _run(self, job_id: str) -> None:
         try:
-            await self.turns.run_job(job_id)
+            await self.turns.runner.run_job(job_id)
         except Exception:
             # A store outage or a lost lease: the job stays live in Redis and the
             # scanner resumes it from its last step.
@@ -183,7 +183,7 @@ class Tasks:
     def _fill(self) -> None:
         """A slot freed: start what waits here (resumes first), else look for a queued
         job another process left."""
-        if self.turns.draining:
+        if self.turns.runner.draining:
             return
         while self._resumes and self.running < self.limit + self.reserve:
             self._start(next(iter(self._resumes)))
@@ -225,12 +225,16 @@ class Tasks:
     async def _take_queued(self) -> None:
         """Take the queued jobs due in the index that this process has room for (the
         oldest first; jobs it runs or left waiting are skipped without a read)."""
-        for job_id in await self.turns.jobs.due(time.time(), LOOK_PAGE):
-            if self.running >= self.limit or self.turns.draining:
+        for job_id in await self.turns.stores.jobs.due(time.time(), LOOK_PAGE):
+            if self.running >= self.limit or self.turns.runner.draining:
                 return
-            if job_id in self.scheduled or job_id in self.turns.running or self.waits(job_id):
+            if (
+                job_id in self.scheduled
+                or job_id in self.turns.runner.running
+                or self.waits(job_id)
+            ):
                 continue
-            record = await self.turns.jobs.get(job_id)
+            record = await self.turns.stores.jobs.get(job_id)
             if record is not None and record.status is JobStatus.QUEUED:
                 self.schedule(job_id)
 
@@ -238,7 +242,7 @@ class Tasks:
 
     async def close(self) -> None:
         """Drain the running jobs, then cancel everything (see the module docstring)."""
-        self.turns.drain()
+        self.turns.runner.drain()
         for task in list(self.tasks - self.job_tasks):
             task.cancel()  # the scanner, the stop listener, the loop probe
         if self.job_tasks:

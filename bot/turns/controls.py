@@ -1,7 +1,7 @@
 """What people do to a job from outside its run: decide its approval, stop it, continue it.
 
-``Turns.decide``, ``Turns.stop`` and ``Turns.raise_limit`` are these functions over the
-process's stores. A click only names an approval or a job; everything is looked up and
+``Controls`` holds them over the process's approvals and jobs; the edge calls it
+(``Turns.controls``). A click only names an approval or a job; everything is looked up and
 judged here, and the caller (the Slack edge) only renders the verdict:
 
 - ``decide``: an ``Accepted`` decision (this click won the atomic pending → decided
@@ -99,188 +99,191 @@ def stopped_by(user: str) -> str:
     return f"stopped by <@{user}>"
 
 
-async def decide(
-    approvals: Approvals,
-    jobs: Jobs,
-    job_id: str,
-    call_id: str,
-    *,
-    outcome: Outcome,
-    by: str,
-    card_ts: str | None,
-    authorize: Authorize,
-    args_hash: str | None = None,
-) -> Verdict:
-    """Judge a click on the card ``card_ts`` of approval ``job_id``/``call_id`` and, when
-    nothing refuses it, record the decision (see the module docstring)."""
-    approval = await approvals.get(job_id, call_id) if call_id else None
-    if approval is None:
-        return Refused("unknown", UNKNOWN_CARD)
-    if approval.card_ts and card_ts and card_ts != approval.card_ts:
-        return Refused("out_of_date", OUT_OF_DATE)
-    if approval.status != "pending":
-        if approval.status == outcome and approval.decided_by == by:
-            return await _own_click_again(approvals, approval, args_hash)
-        return Refused("decided", refusal_text(approval))
-    if time.time() >= approval.expires_at:
-        return Refused("expired", REFUSED_EXPIRED)
-    record = await jobs.get(job_id)
-    pending = record.progress.pending if record is not None else None
-    current = pending.approval if pending is not None else None
-    if (
-        record is None
-        or record.status is not JobStatus.AWAITING_APPROVAL
-        or current is None
-        or current.call_id != call_id
-        or current.args_hash != approval.args_hash
-    ):
-        return Refused("stale", REFUSED_STALE)
-    if (refusal := await authorize(approval)) is not None:
-        return Refused("not_allowed", refusal)
-    result = await approvals.decide(
-        job_id, call_id, outcome=outcome, by=by, args_hash=args_hash, now=time.time()
-    )
-    if result is None:
-        return Refused("unknown", UNKNOWN_CARD)
-    if not result.won:
-        reason: RefusalKind = (
-            "expired"
-            if result.refusal == REFUSED_EXPIRED
-            else "stale"
-            if result.refusal == REFUSED_STALE
-            else "decided"
-        )
-        return Refused(reason, result.refusal or ALREADY_DECIDED)
-    await _look_soon(jobs, job_id)
-    return Accepted(result.record, replicated=result.replicated)
-
-
 DECIDED_LOOK_S = LEASE_TTL_MS / 1000 + 1.0
 
 
-async def _look_soon(jobs: Jobs, job_id: str) -> None:
-    """A decided job is resumed by whoever took the click; should that process die
-    before its resume holds the lease, a scan anywhere resumes it within about a lease
-    (instead of at the paused job's next look, up to ``AWAITING_RECHECK_S`` away). A
-    hint: best effort."""
-    try:
-        await jobs.index(job_id, time.time() + DECIDED_LOOK_S)
-    except StoreError:
-        log.warning("job %s: no early look after its decision", job_id, exc_info=True)
+@dataclass(frozen=True, slots=True)
+class Controls:
+    """Approve, Deny, Stop and Continue over the process's approvals and jobs."""
 
+    approvals: Approvals
+    jobs: Jobs
 
-async def _own_click_again(
-    approvals: Approvals, approval: ApprovalRecord, args_hash: str | None
-) -> Verdict:
-    """The decider clicks the same button again: the retry of a click whose answer was
-    lost or refused after the decision was written (Redis timed out, too few replicas
-    confirmed it). It stands as the same decision — its card is edited and its job
-    resumed as for the first click — once the decision is confirmed: ``decide`` finds it
-    decided and, with ``OPSLOOP_REDIS_MIN_REPLICAS``, waits for its replicas."""
-    result = await approvals.decide(
-        approval.job_id,
-        approval.call_id,
-        outcome=approval.status,  # type: ignore[arg-type]  # decided: never "pending"
-        by=approval.decided_by,
-        args_hash=args_hash,
-        now=time.time(),
-    )
-    if result is None:
-        return Refused("unknown", UNKNOWN_CARD)
-    if result.record.status != approval.status or result.record.decided_by != approval.decided_by:
-        return Refused("decided", refusal_text(result.record))
-    return Accepted(result.record, replicated=result.replicated)
+    async def decide(
+        self,
+        job_id: str,
+        call_id: str,
+        *,
+        outcome: Outcome,
+        by: str,
+        card_ts: str | None,
+        authorize: Authorize,
+        args_hash: str | None = None,
+    ) -> Verdict:
+        """Judge a click on the card ``card_ts`` of approval ``job_id``/``call_id`` and, when
+        nothing refuses it, record the decision (see the module docstring)."""
+        approval = await self.approvals.get(job_id, call_id) if call_id else None
+        if approval is None:
+            return Refused("unknown", UNKNOWN_CARD)
+        if approval.card_ts and card_ts and card_ts != approval.card_ts:
+            return Refused("out_of_date", OUT_OF_DATE)
+        if approval.status != "pending":
+            if approval.status == outcome and approval.decided_by == by:
+                return await self._own_click_again(approval, args_hash)
+            return Refused("decided", refusal_text(approval))
+        if time.time() >= approval.expires_at:
+            return Refused("expired", REFUSED_EXPIRED)
+        record = await self.jobs.get(job_id)
+        pending = record.progress.pending if record is not None else None
+        current = pending.approval if pending is not None else None
+        if (
+            record is None
+            or record.status is not JobStatus.AWAITING_APPROVAL
+            or current is None
+            or current.call_id != call_id
+            or current.args_hash != approval.args_hash
+        ):
+            return Refused("stale", REFUSED_STALE)
+        if (refusal := await authorize(approval)) is not None:
+            return Refused("not_allowed", refusal)
+        result = await self.approvals.decide(
+            job_id, call_id, outcome=outcome, by=by, args_hash=args_hash, now=time.time()
+        )
+        if result is None:
+            return Refused("unknown", UNKNOWN_CARD)
+        if not result.won:
+            reason: RefusalKind = (
+                "expired"
+                if result.refusal == REFUSED_EXPIRED
+                else "stale"
+                if result.refusal == REFUSED_STALE
+                else "decided"
+            )
+            return Refused(reason, result.refusal or ALREADY_DECIDED)
+        await self._look_soon(job_id)
+        return Accepted(result.record, replicated=result.replicated)
 
-
-async def stop(approvals: Approvals, jobs: Jobs, job_id: str, by: str) -> StopOutcome:
-    """Stop the job on behalf of ``by``: at once if nobody runs it, else by flag and
-    signal (the running loop ends it ``cancelled``)."""
-    for _ in range(3):
-        record = await jobs.get(job_id)
-        if record is None or record.status.final:
-            return StopOutcome("ended", record)
-        if record.status is JobStatus.RUNNING:
-            await jobs.request_cancel(job_id, by)
-            return StopOutcome("signalled", record)
+    async def _look_soon(self, job_id: str) -> None:
+        """A decided job is resumed by whoever took the click; should that process die
+        before its resume holds the lease, a scan anywhere resumes it within about a lease
+        (instead of at the paused job's next look, up to ``AWAITING_RECHECK_S`` away). A
+        hint: best effort."""
         try:
-            saved = await jobs.save(
+            await self.jobs.index(job_id, time.time() + DECIDED_LOOK_S)
+        except StoreError:
+            log.warning("job %s: no early look after its decision", job_id, exc_info=True)
+
+    async def _own_click_again(self, approval: ApprovalRecord, args_hash: str | None) -> Verdict:
+        """The decider clicks the same button again: the retry of a click whose answer was
+        lost or refused after the decision was written (Redis timed out, too few replicas
+        confirmed it). It stands as the same decision — its card is edited and its job
+        resumed as for the first click — once the decision is confirmed: ``decide`` finds it
+        decided and, with ``OPSLOOP_REDIS_MIN_REPLICAS``, waits for its replicas."""
+        result = await self.approvals.decide(
+            approval.job_id,
+            approval.call_id,
+            outcome=approval.status,  # type: ignore[arg-type]  # decided: never "pending"
+            by=approval.decided_by,
+            args_hash=args_hash,
+            now=time.time(),
+        )
+        if result is None:
+            return Refused("unknown", UNKNOWN_CARD)
+        if (
+            result.record.status != approval.status
+            or result.record.decided_by != approval.decided_by
+        ):
+            return Refused("decided", refusal_text(result.record))
+        return Accepted(result.record, replicated=result.replicated)
+
+    async def stop(self, job_id: str, by: str) -> StopOutcome:
+        """Stop the job on behalf of ``by``: at once if nobody runs it, else by flag and
+        signal (the running loop ends it ``cancelled``)."""
+        for _ in range(3):
+            record = await self.jobs.get(job_id)
+            if record is None or record.status.final:
+                return StopOutcome("ended", record)
+            if record.status is JobStatus.RUNNING:
+                await self.jobs.request_cancel(job_id, by)
+                return StopOutcome("signalled", record)
+            try:
+                saved = await self.jobs.save(
+                    record,
+                    JobStatus.CANCELLED,
+                    fence=record.fence,
+                    audit=_audit(record, "job_stopped", by, detail={"while": record.status.value}),
+                    stop_reason=StopReason.CANCELLED.value,
+                    error=stopped_by(by),
+                )
+            except StoreConflict:
+                continue  # it changed meanwhile (picked up, decided): look again
+            approval = None
+            pending = record.progress.pending
+            if pending is not None and pending.approval is not None:
+                decided = await self.approvals.decide(
+                    job_id,
+                    pending.approval.call_id,
+                    outcome="cancelled",
+                    by=by,
+                    args_hash=None,
+                    now=time.time(),
+                )
+                approval = decided.record if decided is not None and decided.won else None
+            return StopOutcome("cancelled", saved, approval)
+        await self.jobs.request_cancel(job_id, by)
+        return StopOutcome("signalled", await self.jobs.get(job_id))
+
+    async def raise_limit(self, job_id: str, by: str, *, seq: int | None = None) -> JobRecord | str:
+        """Continue a job stopped by a limit: raise that limit by its original value,
+        record who did, and make the job runnable; the new record, or why not.
+
+        ``seq`` is the number of raises the job had when the clicked Continue was shown:
+        each button raises once (a replay, or the button of an earlier ending, finds
+        more raises recorded and changes nothing). ``None``: a button from before
+        buttons carried it."""
+        record = await self.jobs.get(job_id)
+        if record is None:
+            return "this job no longer exists"
+        if seq is not None and seq != len(record.raises):
+            return "this Continue was already used; only the latest ending's button continues"
+        if not record.status.limit:
+            return f"the job is {record.status.value.replace('_', ' ')}, not stopped by a limit"
+        name, field_name = LIMIT_FIELDS[record.status]
+        raised = sum(r.amount for r in record.raises if r.limit == name)
+        current = float(getattr(record.limits, field_name))
+        original = current - raised
+        amount = int(original) if field_name != "deadline_s" else original
+        limits = record.limits.model_copy(
+            update={field_name: type(getattr(record.limits, field_name))(current + amount)}
+        )
+        raised_at = time.time()
+        raises = [*record.raises, LimitRaise(limit=name, amount=amount, by=by, at=raised_at)]
+        entry = _audit(
+            record,
+            "limit_raised",
+            by,
+            seq=len(raises),
+            at=raised_at,
+            detail={
+                "limit": name,
+                "amount": amount,
+                "from": getattr(record.limits, field_name),
+                "to": getattr(limits, field_name),
+            },
+        )
+        try:
+            return await self.jobs.save(
                 record,
-                JobStatus.CANCELLED,
+                JobStatus.RUNNING,
                 fence=record.fence,
-                audit=_audit(record, "job_stopped", by, detail={"while": record.status.value}),
-                stop_reason=StopReason.CANCELLED.value,
-                error=stopped_by(by),
+                via="raise",
+                audit=entry,
+                limits=limits,
+                raises=raises,
+                stop_reason=None,
             )
         except StoreConflict:
-            continue  # it changed meanwhile (picked up, decided): look again
-        approval = None
-        pending = record.progress.pending
-        if pending is not None and pending.approval is not None:
-            decided = await approvals.decide(
-                job_id,
-                pending.approval.call_id,
-                outcome="cancelled",
-                by=by,
-                args_hash=None,
-                now=time.time(),
-            )
-            approval = decided.record if decided is not None and decided.won else None
-        return StopOutcome("cancelled", saved, approval)
-    await jobs.request_cancel(job_id, by)
-    return StopOutcome("signalled", await jobs.get(job_id))
-
-
-async def raise_limit(jobs: Jobs, job_id: str, by: str, *, seq: int | None) -> JobRecord | str:
-    """Continue a job stopped by a limit: raise that limit by its original value,
-    record who did, and make the job runnable; the new record, or why not.
-
-    ``seq`` is the number of raises the job had when the clicked Continue was shown:
-    each button raises once (a replay, or the button of an earlier ending, finds
-    more raises recorded and changes nothing). ``None``: a button from before
-    buttons carried it."""
-    record = await jobs.get(job_id)
-    if record is None:
-        return "this job no longer exists"
-    if seq is not None and seq != len(record.raises):
-        return "this Continue was already used; only the latest ending's button continues"
-    if not record.status.limit:
-        return f"the job is {record.status.value.replace('_', ' ')}, not stopped by a limit"
-    name, field_name = LIMIT_FIELDS[record.status]
-    raised = sum(r.amount for r in record.raises if r.limit == name)
-    current = float(getattr(record.limits, field_name))
-    original = current - raised
-    amount = int(original) if field_name != "deadline_s" else original
-    limits = record.limits.model_copy(
-        update={field_name: type(getattr(record.limits, field_name))(current + amount)}
-    )
-    raised_at = time.time()
-    raises = [*record.raises, LimitRaise(limit=name, amount=amount, by=by, at=raised_at)]
-    entry = _audit(
-        record,
-        "limit_raised",
-        by,
-        seq=len(raises),
-        at=raised_at,
-        detail={
-            "limit": name,
-            "amount": amount,
-            "from": getattr(record.limits, field_name),
-            "to": getattr(limits, field_name),
-        },
-    )
-    try:
-        return await jobs.save(
-            record,
-            JobStatus.RUNNING,
-            fence=record.fence,
-            via="raise",
-            audit=entry,
-            limits=limits,
-            raises=raises,
-            stop_reason=None,
-        )
-    except StoreConflict:
-        return "someone else continued or changed this job first"
+            return "someone else continued or changed this job first"
 
 
 def _audit(

@@ -18,8 +18,7 @@ from typing import Any
 from bot.store.approvals import ApprovalRecord, parse_index_member
 from bot.store.buckets import merged, read_buckets
 from bot.store.jobs import JobRecord
-from bot.store.recent import RecentJobs
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 SHOWN = 10  # of each list
 CARDS_READ = 50  # pending cards looked at (the soonest to expire)
@@ -98,8 +97,8 @@ def _card(record: ApprovalRecord) -> HomeCard:
 
 async def read_home(turns: Turns, user: str, *, now: float, shown: int = SHOWN) -> Home:
     """The home of ``user`` (see the module docstring)."""
-    recent = RecentJobs(turns.redis, turns.keys)
-    counts = await turns.live_counts()
+    recent = turns.stores.recent
+    counts = await turns.stores.live_counts()
     newest, mine_ids = await asyncio.gather(recent.newest(), recent.newest(user, limit=shown))
     records, mine = await asyncio.gather(recent.records(newest), recent.records(mine_ids))
     live = [_job(r) for r in records if not r.status.final][:shown]
@@ -107,9 +106,11 @@ async def read_home(turns: Turns, user: str, *, now: float, shown: int = SHOWN) 
     def read(pipe: Any, key: str) -> None:
         pipe.zrange(key, 0, CARDS_READ - 1, withscores=True)
 
-    soonest = await read_buckets(turns.redis, "home cards", turns.keys.approval_expiries, read)
+    soonest = await read_buckets(
+        turns.stores.redis, "home cards", turns.stores.keys.approval_expiries, read
+    )
     pairs = [parse_index_member(m) for m, _ in merged(soonest, CARDS_READ)]
-    found = await asyncio.gather(*(turns.approvals.get(j, c) for j, c in pairs))
+    found = await asyncio.gather(*(turns.stores.approvals.get(j, c) for j, c in pairs))
     pending = [a for a in found if a is not None and a.status == "pending" and a.expires_at > now]
     pending.sort(key=lambda a: a.requested_at, reverse=True)
     return Home(

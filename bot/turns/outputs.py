@@ -13,10 +13,8 @@ from __future__ import annotations
 import re
 
 from bot.agent.messages import ToolMessage
-from bot.store.artifacts import RedisArtifacts
-from bot.store.history import RedisHistory
 from bot.store.keys import Thread
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 _REF = re.compile(r"artifact:[^\s\"'\]\)]+")
 
@@ -35,13 +33,13 @@ async def tool_output(turns: Turns, job_id: str, call_id: str) -> tuple[str, str
     thread = job_thread(job_id)
     if thread is None:
         return None
-    history = RedisHistory(turns.redis, turns.keys, thread)
+    history = turns.stores.history(thread)
     await history.load()
     for message in reversed(history.originals):
         if isinstance(message, ToolMessage) and message.tool_call_id == call_id:
             found = _REF.findall(message.content)
             if not found:
                 return None
-            text = await RedisArtifacts(turns.redis, turns.keys).get(job_id, found[-1])
+            text = await turns.stores.artifacts.get(job_id, found[-1])
             return (message.name, text) if text is not None else None
     return None

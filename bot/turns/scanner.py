@@ -54,7 +54,7 @@ from bot.store.buckets import move_unbucketed
 from bot.store.jobs import JobRecord, JobStatus
 from bot.store.keys import LEASE_TTL_MS
 from bot.store.lease import LeaseKeeper
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +125,16 @@ class Scanner:
 
     async def scan(self) -> None:
         now = self.now()
-        await move_unbucketed(self.turns.redis, self.turns.keys)  # left by older versions
-        for job_id, call_id in await self.turns.approvals.due(now):
+        await move_unbucketed(
+            self.turns.stores.redis, self.turns.stores.keys
+        )  # left by older versions
+        for job_id, call_id in await self.turns.stores.approvals.due(now):
             await self._expire(job_id, call_id, now)
         if self.on_remind is not None:
-            for job_id, call_id in await self.turns.approvals.take_reminders(now):
+            for job_id, call_id in await self.turns.stores.approvals.take_reminders(now):
                 await self._remind(job_id, call_id)
         if self.on_card is not None:
-            for job_id, call_id in await self.turns.approvals.take_card_edits(now):
+            for job_id, call_id in await self.turns.stores.approvals.take_card_edits(now):
                 await self._redo_card(job_id, call_id)
         await self._look_at_due(now)
         if self.turns.audit is not None:
@@ -142,9 +144,9 @@ class Scanner:
         """Edit a decided card its deciding process never edited (it died after the
         acknowledgement, or Slack refused); taken from the index by this process alone
         until the retry time, settled by the hook once the edit landed."""
-        record = await self.turns.approvals.get(job_id, call_id)
+        record = await self.turns.stores.approvals.get(job_id, call_id)
         if record is None or record.status == "pending" or not record.card_owed:
-            await self.turns.approvals.card_edited(job_id, call_id)  # a stale hint
+            await self.turns.stores.approvals.card_edited(job_id, call_id)  # a stale hint
             return
         assert self.on_card is not None
         try:
@@ -158,16 +160,16 @@ class Scanner:
         drops it), so the index is read again until a page brings nothing new."""
         seen: set[str] = set()
         while True:
-            page = await self.turns.jobs.due(now, DUE_PAGE)
+            page = await self.turns.stores.jobs.due(now, DUE_PAGE)
             fresh = [job_id for job_id in page if job_id not in seen]
             # Jobs this process is running need no look, only their next one pushed
             # forward: one command for all of them, not a look each (under load most
             # due jobs are running here, and a look per job competes with the acks).
-            here = {j: now + self.interval_s for j in fresh if j in self.turns.running}
+            here = {j: now + self.interval_s for j in fresh if j in self.turns.runner.running}
             # Jobs this process left waiting for room (it takes them when it has some):
             # due again for every other process's next scan, without a read here.
             here.update({j: now + NUDGE_S for j in fresh if j not in here and self.waits(j)})
-            await self.turns.jobs.index_many(here)
+            await self.turns.stores.jobs.index_many(here)
             await self._look_at_all([j for j in fresh if j not in here], now)
             seen.update(fresh)
             if len(page) < DUE_PAGE or not fresh:
@@ -190,7 +192,7 @@ class Scanner:
                 raise outcome
 
     async def _expire(self, job_id: str, call_id: str, now: float) -> None:
-        result = await self.turns.approvals.decide(
+        result = await self.turns.stores.approvals.decide(
             job_id, call_id, outcome="expired", by=None, args_hash=None, now=now
         )
         if result is None or not result.won:
@@ -204,7 +206,7 @@ class Scanner:
 
     async def _remind(self, job_id: str, call_id: str) -> None:
         """Recall a card still pending (taken from the index by this process alone)."""
-        record = await self.turns.approvals.get(job_id, call_id)
+        record = await self.turns.stores.approvals.get(job_id, call_id)
         if record is None or record.status != "pending" or self.on_remind is None:
             return
         try:
@@ -214,12 +216,12 @@ class Scanner:
 
     async def _look_at(self, job_id: str, now: float) -> None:
         turns = self.turns
-        if job_id in turns.running:
-            await turns.jobs.index(job_id, now + self.interval_s)
+        if job_id in turns.runner.running:
+            await turns.stores.jobs.index(job_id, now + self.interval_s)
             return
-        record = await turns.jobs.get(job_id)
+        record = await turns.stores.jobs.get(job_id)
         if record is None:
-            await turns.jobs.unindex(job_id)  # a stale hint
+            await turns.stores.jobs.unindex(job_id)  # a stale hint
             return
         if record.status.final:
             await self._owed_ending(record, now)
@@ -227,25 +229,27 @@ class Scanner:
         match record.status:
             case JobStatus.QUEUED:
                 self.schedule(job_id)
-                await turns.jobs.index(job_id, self._next_look(job_id, now, now + self.interval_s))
+                await turns.stores.jobs.index(
+                    job_id, self._next_look(job_id, now, now + self.interval_s)
+                )
             case JobStatus.RUNNING:
-                left = await turns.leases.expires_in(record.thread)
+                left = await turns.stores.leases.expires_in(record.thread)
                 if left is None:
                     log.info("job %s has no live lease: resuming it", job_id)
                     self.resume(job_id)
-                    await turns.jobs.index(
+                    await turns.stores.jobs.index(
                         job_id, self._next_look(job_id, now, now + self.interval_s)
                     )
                 else:
                     self._later(job_id, left + LEASE_MARGIN_S)
-                    await turns.jobs.index(job_id, now + left + LEASE_MARGIN_S)
+                    await turns.stores.jobs.index(job_id, now + left + LEASE_MARGIN_S)
             case JobStatus.AWAITING_APPROVAL:
-                if await turns.decision(record) is not None:
+                if await turns.runner.decision(record) is not None:
                     self.resume(job_id)
                 else:
                     await self._card_posted(record.progress.pending, job_id)
                     await self._replies_shown(record)
-                await turns.jobs.index(
+                await turns.stores.jobs.index(
                     job_id, self._next_look(job_id, now, now + AWAITING_RECHECK_S)
                 )
 
@@ -254,22 +258,22 @@ class Scanner:
         thread (its process died before showing them, or Slack refused). Delivered under
         the thread's lease, so never while its own process may still be at it."""
         turns, job_id = self.turns, record.id
-        if self.on_ending is None or await turns.jobs.owed(job_id) is None:
-            await turns.jobs.unindex(job_id)  # delivered: a stale hint
+        if self.on_ending is None or await turns.stores.jobs.owed(job_id) is None:
+            await turns.stores.jobs.unindex(job_id)  # delivered: a stale hint
             return
-        lease = await turns.leases.acquire(record.thread)
+        lease = await turns.stores.leases.acquire(record.thread)
         if lease is None:  # its process is still showing it, or the thread's next job runs
-            left = await turns.leases.expires_in(record.thread) or 0.0
+            left = await turns.stores.leases.expires_in(record.thread) or 0.0
             self._later(job_id, left + LEASE_MARGIN_S)
-            await turns.jobs.index(job_id, now + left + LEASE_MARGIN_S)
+            await turns.stores.jobs.index(job_id, now + left + LEASE_MARGIN_S)
             return
-        async with LeaseKeeper(turns.leases, lease):
-            tries = await turns.jobs.delivery_attempt(job_id)
+        async with LeaseKeeper(turns.stores.leases, lease):
+            tries = await turns.stores.jobs.delivery_attempt(job_id)
             if tries is None:
                 return  # delivered meanwhile
             if tries > MAX_DELIVERIES:
                 log.error("job %s: gave up delivering its ending after %d tries", job_id, tries - 1)
-                await turns.jobs.delivered(job_id)
+                await turns.stores.jobs.delivered(job_id)
                 return
             try:
                 shown = await self.on_ending(record)
@@ -277,9 +281,9 @@ class Scanner:
                 log.warning("could not deliver the ending of %s", job_id, exc_info=True)
                 shown = False
             if shown:
-                await turns.jobs.delivered(job_id)
+                await turns.stores.jobs.delivered(job_id)
             else:
-                await turns.jobs.index(job_id, now + DELIVERY_RETRY_S)
+                await turns.stores.jobs.index(job_id, now + DELIVERY_RETRY_S)
 
     def _next_look(self, job_id: str, now: float, later: float) -> float:
         """When to look at a job this look (re)scheduled: ``later``, or, when this
@@ -292,10 +296,10 @@ class Scanner:
         pending = record.progress.pending
         if self.on_replies is None or pending is None or pending.approval is None:
             return
-        approval = await self.turns.approvals.get(record.id, pending.approval.call_id)
+        approval = await self.turns.stores.approvals.get(record.id, pending.approval.call_id)
         if approval is None or approval.status != "pending" or approval.card_ts is None:
             return
-        if await self.turns.receipts.count(record.thread) <= approval.replies_seq:
+        if await self.turns.stores.receipts.count(record.thread) <= approval.replies_seq:
             return
         try:
             await self.on_replies(approval)
@@ -310,7 +314,7 @@ class Scanner:
         if pending is None or pending.approval is None:
             return
         try:
-            if await self.turns.post_card(job_id, pending.approval.call_id):
+            if await self.turns.cards.post(job_id, pending.approval.call_id):
                 log.info("posted the missing approval card of %s", job_id)
         except StoreError:
             raise

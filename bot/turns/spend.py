@@ -3,11 +3,11 @@
 ``WorkspaceSpend`` adapts ``bot.store.quota.DailyCaps`` to the core's ``Spend`` protocol
 (``bot.agent.ports``): the core reserves before every model call and settles after it;
 a refusal ends the job ``limit_tokens`` with the refusal's detail, which names
-``WORKSPACE_CAP``. ``workspace_spend`` and ``job_admission`` build the parts from the
-settings (``None`` when nothing is configured).
+``WORKSPACE_CAP``. The caps and the new-jobs gate are built from the settings by the
+composition root (``bot.service.daily_caps``, ``bot.service.job_admission``).
 
 A job stopped by the workspace's cap (``stopped_by_cap``) is continued differently from
-one stopped by its own limits (``bot.turns.controls.raise_limit``): its Continue, which
+one stopped by its own limits (``bot.turns.controls.Controls.raise_limit``): its Continue, which
 only an approver may press (the Slack edge asks its policy first), raises the
 workspace's cap for the day (``raise_workspace_cap``: the base cap once more, recorded
 in the audit log in the same script) and makes the job runnable again without touching
@@ -23,24 +23,13 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Protocol
-
-import redis.asyncio as aioredis
 
 from bot.agent.ports import WORKSPACE_CAP, SpendHold, SpendRefused
 from bot.store.audit_entry import AuditEntry, staged_json
 from bot.store.connection import StoreConflict
 from bot.store.jobs import JobRecord, Jobs, JobStatus, LimitRaise
-from bot.store.keys import QUOTA_TAG, Keys
-from bot.store.quota import (
-    CapStatus,
-    DailyCaps,
-    JobAdmission,
-    JobRate,
-    NotReached,
-    Raised,
-    utc_day,
-)
+from bot.store.keys import QUOTA_TAG
+from bot.store.quota import CapStatus, DailyCaps, NotReached, Raised, utc_day
 from bot.store.staging import AuditNotify
 
 log = logging.getLogger(__name__)
@@ -49,34 +38,16 @@ log = logging.getLogger(__name__)
 # the store: it holds the caps for ``continue_capped`` and reads what that returns).
 __all__ = [
     "CapContinued",
-    "CapSettings",
     "DailyCaps",
     "NotReached",
     "Raised",
     "WorkspaceSpend",
     "continue_capped",
-    "daily_caps",
-    "job_admission",
     "raise_workspace_cap",
     "stopped_by_cap",
-    "workspace_spend",
 ]
 
 USED = "this Continue was already used; only the latest ending's button continues"
-
-
-class CapSettings(Protocol):
-    """What of ``bot.settings.BotSettings`` the caps and the rate are built from (the
-    turns do not import the settings module)."""
-
-    @property
-    def daily_token_budget(self) -> int | None: ...  # OPSLOOP_DAILY_TOKEN_BUDGET
-
-    @property
-    def daily_cost_usd(self) -> float | None: ...  # OPSLOOP_DAILY_COST_USD
-
-    @property
-    def jobs_per_user_hour(self) -> int: ...  # OPSLOOP_JOBS_PER_USER_HOUR (0: off)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,36 +66,6 @@ class WorkspaceSpend:
 
     async def settle(self, hold: SpendHold, *, tokens: int, cost_usd: float | None) -> None:
         await self.caps.settle(hold, tokens, cost_usd)
-
-
-def daily_caps(redis: aioredis.Redis, keys: Keys, settings: CapSettings) -> DailyCaps | None:
-    """``OPSLOOP_DAILY_TOKEN_BUDGET`` and ``OPSLOOP_DAILY_COST_USD``; None when neither is set."""
-    if settings.daily_token_budget is None and settings.daily_cost_usd is None:
-        return None
-    return DailyCaps(
-        redis, keys, tokens=settings.daily_token_budget, cost_usd=settings.daily_cost_usd
-    )
-
-
-def workspace_spend(
-    redis: aioredis.Redis, keys: Keys, settings: CapSettings
-) -> WorkspaceSpend | None:
-    """The ``Spend`` port for ``AgentConfig``; None when no daily cap is set."""
-    caps = daily_caps(redis, keys, settings)
-    return WorkspaceSpend(caps) if caps is not None else None
-
-
-def job_admission(
-    redis: aioredis.Redis, keys: Keys, settings: CapSettings, *, caps: DailyCaps | None = None
-) -> JobAdmission | None:
-    """The ack path's check of new jobs (the daily caps, ``OPSLOOP_JOBS_PER_USER_HOUR``);
-    None when neither is on. Pass the process's ``caps`` to share its scripts."""
-    caps = caps if caps is not None else daily_caps(redis, keys, settings)
-    per_hour = settings.jobs_per_user_hour
-    if caps is None and per_hour <= 0:
-        return None
-    rate = JobRate(redis, keys, per_hour=per_hour) if per_hour > 0 else None
-    return JobAdmission(redis, keys, caps=caps, rate=rate)
 
 
 def stopped_by_cap(record: JobRecord) -> bool:

@@ -610,7 +610,7 @@ class Row:
 
 ORPHAN_STATUS = (
     "A process that dies between posting a job's status message and saving its ts leaves "
-    "that message orphaned: bot.turns.runner.Turns._run_once posts it "
+    "that message orphaned: bot.turns.run.JobRunner._take_and_run posts it "
     "(Notifier.open_progress -> JobProgress.start) and saves status_ts in the job's meta "
     "only with the RUNNING save after it, so the process taking the job over finds no "
     "status_ts and posts a second status message; the first stays 'Working: iteration "

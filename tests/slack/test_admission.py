@@ -22,7 +22,7 @@ from bot.slack.identity import BotIdentity
 from bot.store.inject import InjectReader
 from bot.store.keys import Keys, Thread
 from bot.store.quota import DailyCaps, JobAdmission, JobRate, day_key, jobs_key, utc_day
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 from tests.store import conftest as store
 from tests.turns.test_approvals_stop_continue import make_turns
 
@@ -50,11 +50,12 @@ class Edge:
         per_hour: int = 0,
     ) -> None:
         self.clock = Clock()
-        self.turns: Turns = make_turns(redis, keys, ScriptedModel([]))[0]
         self.caps = (
             DailyCaps(redis, keys, tokens=tokens, cost_usd=None, now=self.clock) if tokens else None
         )
         self.rate = JobRate(redis, keys, per_hour=per_hour, now=self.clock)
+        admission = JobAdmission(redis, keys, caps=self.caps, rate=self.rate, now=self.clock)
+        self.turns: Turns = make_turns(redis, keys, ScriptedModel([]), admission=admission)[0]
         self.scheduled: list[str] = []
         self.later: list[asyncio.Task[object]] = []
         client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
@@ -65,7 +66,6 @@ class Edge:
             schedule=self.scheduled.append,
             allowed_bots=frozenset(),
             context_timeout_s=0.5,
-            admission=JobAdmission(redis, keys, caps=self.caps, rate=self.rate, now=self.clock),
             approvers=("U0BOSS",),
             background=lambda coro, _: self.later.append(asyncio.ensure_future(coro)),
         )
@@ -130,7 +130,7 @@ async def test_with_the_daily_cap_reached_a_mention_starts_nothing_and_the_threa
 
     assert edge.scheduled == []
     thread = Thread(CHANNEL, "1764590400.000100")
-    assert await edge.turns.jobs.current(thread) is None
+    assert await edge.turns.stores.jobs.current(thread) is None
     assert await entries(redis, keys, thread) == []  # nothing written to the thread
     [told] = slack.calls_of("chat.postMessage")
     assert told["thread_ts"] == "1764590400.000100"
@@ -165,7 +165,7 @@ async def test_past_the_hourly_rate_the_person_alone_is_told_when_to_retry(
     await edge.mention("1764591000.000100")  # its retry: told once
 
     assert len(edge.scheduled) == 2
-    assert await edge.turns.jobs.current(Thread(CHANNEL, "1764591000.000100")) is None
+    assert await edge.turns.stores.jobs.current(Thread(CHANNEL, "1764591000.000100")) is None
     [note] = slack.calls_of("chat.postEphemeral")
     assert (note["user"], note["channel"]) == ("U0ALICE", CHANNEL)
     assert note["thread_ts"] == "1764591000.000100"
@@ -205,7 +205,7 @@ async def test_a_reply_to_a_live_job_is_never_refused(
 
     thread = Thread(CHANNEL, root)
     assert await entries(redis, keys, thread) == [root, "1764590400.000200", "1764590400.000300"]
-    current = await edge.turns.jobs.current(thread)
+    current = await edge.turns.stores.jobs.current(thread)
     assert current is not None and current.id == job_id
     assert slack.calls_of("chat.postMessage") == slack.calls_of("chat.postEphemeral") == []
     assert await edge.rate.count("U0ALICE") == 1

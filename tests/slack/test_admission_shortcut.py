@@ -37,8 +37,10 @@ class Edge:
     ) -> None:
         client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
         self.slack = slack
-        self.turns = make_turns(redis, keys, ScriptedModel([]))[0]
         self.caps = DailyCaps(redis, keys, tokens=1_000, cost_usd=None)
+        rate = JobRate(redis, keys, per_hour=per_hour)
+        admission = JobAdmission(redis, keys, caps=self.caps, rate=rate)
+        self.turns = make_turns(redis, keys, ScriptedModel([]), admission=admission)[0]
         self.scheduled: list[str] = []
         self.later: list[asyncio.Future[Any]] = []
 
@@ -51,9 +53,6 @@ class Edge:
             identity=BotIdentity(client),
             schedule=self.scheduled.append,
             allowed_bots=frozenset(),
-            admission=JobAdmission(
-                redis, keys, caps=self.caps, rate=JobRate(redis, keys, per_hour=per_hour)
-            ),
         )
         interactions = Interactions(
             client=client,
@@ -105,7 +104,7 @@ async def test_with_the_daily_cap_reached_the_shortcut_starts_nothing_and_says_w
     await edge.use(alert)  # used again on the same message: told once
 
     assert edge.scheduled == []
-    assert await edge.turns.jobs.current(Thread(CHANNEL, alert)) is None
+    assert await edge.turns.stores.jobs.current(Thread(CHANNEL, alert)) is None
     [note] = edge.notes()
     assert "daily model budget is used up" in note and "1,000 of 1,000 tokens" in note
     assert slack.calls_of("chat.postMessage") == []  # ephemeral only, through response_url

@@ -33,7 +33,7 @@ from bot.slack.updates import UpdateBudget
 from bot.store.approvals import ApprovalRecord
 from bot.store.keys import BUCKETS, RECENT_JOBS_MAX, Keys, Thread
 from bot.turns.home import SHOWN, configured, read_home
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 from tests.e2e.harness import sign
 from tests.store.conftest import keys, redis, server, thread
 from tests.turns.test_approvals_stop_continue import make_turns
@@ -63,7 +63,7 @@ async def many_jobs(turns: Turns, count: int) -> None:
     for n in range(count):
         thread = Thread(f"C{n % 7}", ts(n))
         user = "U1" if n % 2 == 0 else f"U{n}"
-        await turns.receive(thread, ts=thread.thread_ts, user=user, text=f"job {n}")
+        await turns.receiver.receive(thread, ts=thread.thread_ts, user=user, text=f"job {n}")
 
 
 async def test_a_thousand_jobs_render_a_bounded_home_newest_first(
@@ -117,9 +117,9 @@ async def test_cards_waiting_name_who_may_approve_and_decided_ones_leave(turns: 
             expires_at=now + 600,
         )
 
-    await turns.approvals.create(approval("c1", "destructive"))
-    await turns.approvals.create(approval("c2", "mutating"))
-    await turns.approvals.decide(
+    await turns.stores.approvals.create(approval("c1", "destructive"))
+    await turns.stores.approvals.create(approval("c2", "mutating"))
+    await turns.stores.approvals.decide(
         "C9:1700000000.000100:j1", "c2", outcome="approved", by="UAPP1", args_hash="h", now=now
     )
 
@@ -246,12 +246,12 @@ async def test_home_counts_jobs_awaiting_approval_names_channels_and_drops_gone_
             thread = Thread("C1", ts(n))
             if n != 11:  # the newest job's thread was deleted in Slack since
                 slack.add_message("C1", thread.thread_ts, "U1", f"job {n}")
-            receipt = await turns.receive(thread, ts=thread.thread_ts, user="U1", text="x")
+            receipt = await turns.receiver.receive(thread, ts=thread.thread_ts, user="U1", text="x")
             job_id = str(receipt.job_id)
             if n == 0:
                 continue  # queued
             # Paused for a card (the scanner's index keeps it, to look at the decision).
-            await turns.approvals.create(
+            await turns.stores.approvals.create(
                 ApprovalRecord(
                     job_id=job_id,
                     call_id="c1",

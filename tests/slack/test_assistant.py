@@ -25,7 +25,7 @@ from bot.slack.assistant import (
 from bot.store.approvals import ApprovalRecord
 from bot.store.assistant import AssistantThreads, PaneContext
 from bot.store.keys import Keys, Thread
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 from tests.store.conftest import keys, redis, server, thread
 from tests.turns.test_approvals_stop_continue import make_turns
 
@@ -90,7 +90,7 @@ async def test_a_request_in_the_pane_is_received_like_a_mention_and_titles_the_t
     assert await edge.send(request("1700000501.000100", "Why is checkout slow?")) == 200
     await edge.settle()
 
-    job = await turns.jobs.current(Thread(DM, PANE))
+    job = await turns.stores.jobs.current(Thread(DM, PANE))
     assert job is not None and job.requester == "U1" and job.status.value == "queued"
     texts = await inject_texts(redis, keys)
     assert any("Why is checkout slow?" in t and "<#C0INC42>" in t for t in texts)
@@ -100,7 +100,7 @@ async def test_a_request_in_the_pane_is_received_like_a_mention_and_titles_the_t
     assert await edge.send(request("1700000501.000100", "Why is checkout slow?")) == 200
     assert await edge.send(request("1700000502.000100", "and the API?")) == 200
     await edge.settle()
-    again = await turns.jobs.current(Thread(DM, PANE))
+    again = await turns.stores.jobs.current(Thread(DM, PANE))
     assert again is not None and again.id == job.id
     assert len(slack.calls_of("assistant.threads.setTitle")) == 1
 
@@ -115,7 +115,7 @@ async def test_bots_edits_and_other_dms_start_nothing(
     edited = request("1700000504.000100", "x", subtype="message_changed")
     assert await edge.send(bot_post) == 200
     assert await edge.send(edited) == 200
-    assert await turns.jobs.current(Thread(DM, PANE)) is None
+    assert await turns.stores.jobs.current(Thread(DM, PANE)) is None
     assert await inject_texts(redis, keys) == []
 
 
@@ -128,7 +128,7 @@ async def test_refused_pane_methods_cost_only_their_part(slack: FakeSlack, turns
     await edge.settle()
     assert [m.user for m in slack.messages(DM, PANE)] == ["UBOT"]
     assert (DM, PANE) not in slack.pane.prompts and (DM, PANE) not in slack.pane.titles
-    assert await turns.jobs.current(Thread(DM, PANE)) is not None
+    assert await turns.stores.jobs.current(Thread(DM, PANE)) is not None
 
 
 def test_the_request_names_the_channel_in_view_and_cards_of_dm_jobs_move() -> None:

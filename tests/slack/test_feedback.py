@@ -23,6 +23,7 @@ from bot.emulator.sender import sign
 from bot.emulator.slack import FakeSlack, block_errors
 from bot.errors import StoreError
 from bot.metrics import Metrics
+from bot.slack import feedback
 from bot.slack.actions import Interactions
 from bot.slack.answers import ACTION_FEEDBACK, answer_messages, with_feedback
 from bot.slack.app import Messages, bolt_app
@@ -32,7 +33,7 @@ from bot.slack.policy import ApproverPolicy
 from bot.slack.updates import UpdateBudget
 from bot.store.keys import Keys, Thread
 from bot.store.trace import FeedbackEntry, read_trace
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 from tests.store.conftest import keys, redis, server, thread
 from tests.turns.test_approvals_stop_continue import make_turns
 
@@ -110,9 +111,11 @@ async def slack() -> AsyncIterator[FakeSlack]:
 
 
 async def finished_job(turns: Turns, thread: Thread) -> str:
-    receipt = await turns.receive(thread, ts=thread.thread_ts, user="UREQ", text="why slow")
+    receipt = await turns.receiver.receive(
+        thread, ts=thread.thread_ts, user="UREQ", text="why slow"
+    )
     assert receipt.job_id is not None
-    await turns.run_job(receipt.job_id)
+    await turns.runner.run_job(receipt.job_id)
     return receipt.job_id
 
 
@@ -169,7 +172,7 @@ async def test_a_click_is_counted_and_written_to_the_jobs_trace_with_who(
         ("positive", "U2", "1700000000.000900"),
         ("negative", "U3", "1700000000.000900"),
     ]
-    job = await turns.job(job_id)
+    job = await turns.stores.jobs.get(job_id)
     assert job is not None
     shown = render(JobTrace(job=job, entries=await read_trace(redis, keys, job_id)))
     assert "feedback" in shown and "positive (helpful) from U2" in shown
@@ -208,7 +211,7 @@ async def test_a_forged_value_or_a_store_failure_is_never_an_error(
     async def down(*_: object, **__: object) -> bool:
         raise StoreError("Redis unavailable")
 
-    monkeypatch.setattr(turns, "record_feedback", down)
+    monkeypatch.setattr(feedback, "record_feedback", down)
     assert await edge.post(clicked(blocks, positive=True)) == 200
     assert edge.counted("positive") == 2
 

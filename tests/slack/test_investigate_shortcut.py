@@ -29,7 +29,7 @@ from bot.slack.shortcut import CALLBACK_INVESTIGATE
 from bot.slack.updates import UpdateBudget
 from bot.store.inject import InjectReader
 from bot.store.keys import Keys, Thread
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 from tests.store.conftest import keys, redis, server
 from tests.turns.test_approvals_stop_continue import make_turns
 
@@ -135,7 +135,7 @@ async def test_the_shortcut_on_an_alert_starts_a_job_in_its_thread_for_whoever_u
 
     thread = Thread(CHANNEL, alert)
     assert len(edge.scheduled) == 1
-    job = await turns.job(edge.scheduled[0])
+    job = await turns.stores.jobs.get(edge.scheduled[0])
     assert job is not None and job.thread == thread and job.requester == "U7"
     assert job.request_ts == alert
     [(ts, request)] = await requests(redis, keys, thread)
@@ -178,7 +178,7 @@ async def test_on_a_reply_the_job_is_the_threads_and_its_earlier_messages_come_f
     assert await edge.shortcut(CHANNEL, later) == 200
 
     thread = Thread(CHANNEL, root)
-    job = await turns.job(edge.scheduled[0])
+    job = await turns.stores.jobs.get(edge.scheduled[0])
     assert job is not None and job.thread == thread
     [(context_ts, context), (ts, request)] = await requests(redis, keys, thread)
     assert context_ts == f"{later}:context" and ts == later

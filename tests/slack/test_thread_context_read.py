@@ -135,5 +135,5 @@ async def test_a_failing_or_slow_slack_costs_the_context_not_the_job(
     await messages.on_mention(mention(ts))
 
     assert await stream(redis, keys) == [(ts, f"<@{BOT_USER_ID}> what is going on?")]
-    job = await messages.turns.jobs.current(THREAD)
+    job = await messages.turns.stores.jobs.current(THREAD)
     assert job is not None and job.request_ts == ts

@@ -20,11 +20,14 @@ import redis.asyncio as aioredis
 from bot.agent import ModelRequest, ModelResponse
 from bot.agent.testing import ScriptedModel, text
 from bot.metrics import Metrics
+from bot.service import build_turns
+from bot.store.parts import Stores
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobRecord, JobStatus
 from bot.store.keys import Keys, Thread, job_bucket
 from bot.turns.background import Tasks
-from bot.turns.runner import Turns, TurnSettings
+from bot.turns.parts import Turns
+from bot.turns.run import TurnSettings
 from bot.turns.scanner import DUE_PAGE, Scanner
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
@@ -102,9 +105,8 @@ def process(
     redis: aioredis.Redis, keys: Keys, name: str, model: HeldModel, notes: Notes | None = None
 ) -> Turns:
     tool = echo_tool()
-    return Turns(
-        redis=redis,
-        keys=keys,
+    return build_turns(
+        Stores.build(redis, keys),
         resolver=model.client(name),
         catalog=Catalog(tools={tool.name: tool}, sources={tool.name: "test"}),
         system_prompt="You are opsloop.",
@@ -123,7 +125,9 @@ def thread_of(n: int) -> Thread:
 async def mention(turns: Turns, n: int) -> str:
     """Job ``n``: a mention in a thread of its own, received (queued) by ``turns``."""
     thread = thread_of(n)
-    receipt = await turns.receive(thread, ts=thread.thread_ts, user="UREQ", text=f"job-{n}")
+    receipt = await turns.receiver.receive(
+        thread, ts=thread.thread_ts, user="UREQ", text=f"job-{n}"
+    )
     assert receipt.job_id is not None and receipt.needs_run
     return receipt.job_id
 
@@ -136,17 +140,18 @@ async def settle(*all_tasks: Tasks) -> None:
 
 
 async def status(turns: Turns, job_id: str) -> JobStatus:
-    record = await turns.jobs.get(job_id)
+    record = await turns.stores.jobs.get(job_id)
     assert record is not None
     return record.status
 
 
 async def untouched(turns: Turns, job_id: str) -> bool:
     """Still queued, and nobody took its thread's lease."""
-    record = await turns.jobs.get(job_id)
+    record = await turns.stores.jobs.get(job_id)
     assert record is not None
     return (
-        record.status is JobStatus.QUEUED and await turns.leases.expires_in(record.thread) is None
+        record.status is JobStatus.QUEUED
+        and await turns.stores.leases.expires_in(record.thread) is None
     )
 
 

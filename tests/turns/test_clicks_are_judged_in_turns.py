@@ -12,7 +12,7 @@ from bot.store.approvals import REFUSED_EXPIRED, REFUSED_STALE, ApprovalRecord
 from bot.store.jobs import JobStatus
 from bot.store.keys import Keys, Thread
 from bot.turns.controls import OUT_OF_DATE, UNKNOWN_CARD, Accepted, Refused
-from bot.turns.runner import Turns
+from bot.turns.parts import Turns
 
 from .notifier import card_ts
 from .test_approvals_stop_continue import make_turns, start
@@ -32,7 +32,7 @@ async def paused(
     model = ScriptedModel([calls(call("restart", "c1", host="web-03"))])
     turns, cards = make_turns(redis, keys, model, ttl=ttl)
     job_id = await start(turns, thread)
-    await turns.run_job(job_id)
+    await turns.runner.run_job(job_id)
     assert [c.call_id for c in cards] == ["c1"]
     return turns, job_id
 
@@ -42,13 +42,13 @@ async def test_a_click_on_the_pending_card_is_accepted_once(
 ) -> None:
     turns, job_id = await paused(redis, keys, thread)
 
-    first = await turns.decide(
+    first = await turns.controls.decide(
         job_id, "c1", outcome="approved", by="UAPPROVER", card_ts=card_ts(1), authorize=allowed
     )
     assert isinstance(first, Accepted)
     assert first.record.status == "approved" and first.record.decided_by == "UAPPROVER"
 
-    again = await turns.decide(
+    again = await turns.controls.decide(
         job_id, "c1", outcome="denied", by="UOTHER", card_ts=card_ts(1), authorize=never_asked
     )
     assert again == Refused("decided", "already approved by <@UAPPROVER>")
@@ -59,13 +59,13 @@ async def test_an_unknown_or_out_of_date_card_is_refused(
 ) -> None:
     turns, job_id = await paused(redis, keys, thread)
 
-    unknown = await turns.decide(
+    unknown = await turns.controls.decide(
         job_id, "c9", outcome="approved", by="U1", card_ts=None, authorize=never_asked
     )
-    no_call = await turns.decide(
+    no_call = await turns.controls.decide(
         job_id, "", outcome="approved", by="U1", card_ts=None, authorize=never_asked
     )
-    other_card = await turns.decide(
+    other_card = await turns.controls.decide(
         job_id, "c1", outcome="approved", by="U1", card_ts="1.2", authorize=never_asked
     )
 
@@ -78,7 +78,7 @@ async def test_an_expired_card_is_refused(
 ) -> None:
     turns, job_id = await paused(redis, keys, thread, ttl=1e-6)
 
-    verdict = await turns.decide(
+    verdict = await turns.controls.decide(
         job_id, "c1", outcome="approved", by="U1", card_ts=None, authorize=never_asked
     )
 
@@ -89,11 +89,11 @@ async def test_a_card_that_no_longer_matches_the_job_is_refused(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
     turns, job_id = await paused(redis, keys, thread)
-    record = await turns.job(job_id)
+    record = await turns.stores.jobs.get(job_id)
     assert record is not None
-    await turns.jobs.save(record, JobStatus.FAILED, fence=record.fence)  # it ended meanwhile
+    await turns.stores.jobs.save(record, JobStatus.FAILED, fence=record.fence)  # it ended meanwhile
 
-    verdict = await turns.decide(
+    verdict = await turns.controls.decide(
         job_id, "c1", outcome="approved", by="U1", card_ts=None, authorize=never_asked
     )
 
@@ -109,12 +109,12 @@ async def test_a_clicker_the_policy_refuses_changes_nothing(
         assert approval.requester == "UREQ" and approval.tool == "restart"
         return "you are not on this bot's approver list"
 
-    verdict = await turns.decide(
+    verdict = await turns.controls.decide(
         job_id, "c1", outcome="approved", by="U1", card_ts=None, authorize=not_an_approver
     )
 
     assert verdict == Refused("not_allowed", "you are not on this bot's approver list")
-    still = await turns.approvals.get(job_id, "c1")
+    still = await turns.stores.approvals.get(job_id, "c1")
     assert still is not None and still.status == "pending"
 
 
@@ -124,13 +124,13 @@ async def test_the_deciders_second_click_stands_as_the_same_decision(
     """A click whose answer was lost after its decision was written (a timeout, too few
     replicas) is clicked again: it stands, so its card is edited and its job resumed."""
     turns, job_id = await paused(redis, keys, thread)
-    first = await turns.decide(
+    first = await turns.controls.decide(
         job_id, "c1", outcome="approved", by="UAPPROVER", card_ts=card_ts(1), authorize=allowed
     )
-    again = await turns.decide(
+    again = await turns.controls.decide(
         job_id, "c1", outcome="approved", by="UAPPROVER", card_ts=card_ts(1), authorize=allowed
     )
-    other_button = await turns.decide(
+    other_button = await turns.controls.decide(
         job_id, "c1", outcome="denied", by="UAPPROVER", card_ts=card_ts(1), authorize=allowed
     )
 

@@ -19,8 +19,11 @@ from bot.emulator.otlp_receiver import OtlpReceiver, ReceivedSpan
 from bot.metrics import Metrics
 from bot.otel.spans import GenAiTracing
 from bot.otel.tracing import SPAN_META, TRACE_META, TracingOptions
+from bot.service import build_turns
+from bot.store.parts import Stores
 from bot.store.keys import Keys, Thread
-from bot.turns.runner import Turns, TurnSettings
+from bot.turns.parts import Turns
+from bot.turns.run import TurnSettings
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
 
@@ -61,9 +64,8 @@ def make_turns(
     notes = Notes()
     read = echo_tool()
     write = echo_tool("restart", category="mutating")
-    turns = Turns(
-        redis=redis,
-        keys=keys,
+    turns = build_turns(
+        Stores.build(redis, keys),
         resolver=model,
         catalog=Catalog(
             tools={read.name: read, write.name: write},
@@ -98,9 +100,9 @@ async def test_a_run_is_an_invoke_agent_span_with_chat_and_tool_children(
     model = ScriptedModel([first, text("web-03 is fine")])
     tracing = open_tracing(otlp)
     turns, _ = make_turns(redis, keys, model, tracing)
-    receipt = await turns.receive(thread, ts=TS, user="UREQ", text="look at web-03")
+    receipt = await turns.receiver.receive(thread, ts=TS, user="UREQ", text="look at web-03")
     assert receipt.job_id is not None
-    result = await turns.run_job(receipt.job_id)
+    result = await turns.runner.run_job(receipt.job_id)
     assert result is not None and result.stop_reason is StopReason.COMPLETED
     await flushed(tracing)
     spans = await otlp.wait_for(lambda s: any(x.name.startswith("invoke_agent") for x in s))
@@ -143,7 +145,7 @@ async def test_a_run_is_an_invoke_agent_span_with_chat_and_tool_children(
     assert "error.type" not in tool.attributes and tool.status == "UNSET"
     assert "gen_ai.tool.call.arguments" not in tool.attributes  # contents are opt-in
 
-    stored = await turns.jobs.get(receipt.job_id)
+    stored = await turns.stores.jobs.get(receipt.job_id)
     assert stored is not None and stored.meta[TRACE_META] == run.trace_id
     assert stored.meta[SPAN_META].startswith(f"00-{run.trace_id}-{run.span_id}-")
     await asyncio.to_thread(tracing.close)
@@ -156,18 +158,20 @@ async def test_the_resumed_run_links_to_the_paused_one_and_names_the_approver(
     model = ScriptedModel([restart_and_check, text("restarted")])
     paused_in = open_tracing(otlp)
     turns, notes = make_turns(redis, keys, model, paused_in)
-    job_id = (await turns.receive(thread, ts=TS, user="UREQ", text="restart web-03")).job_id
+    job_id = (
+        await turns.receiver.receive(thread, ts=TS, user="UREQ", text="restart web-03")
+    ).job_id
     assert job_id is not None
-    paused = await turns.run_job(job_id)
+    paused = await turns.runner.run_job(job_id)
     assert paused is not None and paused.stop_reason is StopReason.AWAITING_APPROVAL
     await asyncio.to_thread(paused_in.close)  # the first process is gone; another resumes
-    await turns.approvals.decide(
+    await turns.stores.approvals.decide(
         job_id, notes.cards[0].call_id, outcome="approved", by="UAPPROVER", args_hash=None,
         now=time.time(),
     )  # fmt: skip
     resumed_in = open_tracing(otlp)
     other, _ = make_turns(redis, keys, model, resumed_in)
-    done = await other.run_job(job_id)
+    done = await other.runner.run_job(job_id)
     assert done is not None and done.stop_reason is StopReason.COMPLETED
     await flushed(resumed_in)
     spans = await otlp.wait_for(lambda s: len(by_name(s, "invoke_agent opsloop")) == 2)
@@ -201,13 +205,15 @@ async def test_a_denial_is_an_event_with_the_approver_and_a_declined_tool_span(
     )
     tracing = open_tracing(otlp)
     turns, notes = make_turns(redis, keys, model, tracing)
-    job_id = (await turns.receive(thread, ts=TS, user="UREQ", text="restart web-03")).job_id
+    job_id = (
+        await turns.receiver.receive(thread, ts=TS, user="UREQ", text="restart web-03")
+    ).job_id
     assert job_id is not None
-    await turns.run_job(job_id)
-    await turns.approvals.decide(
+    await turns.runner.run_job(job_id)
+    await turns.stores.approvals.decide(
         job_id, notes.cards[0].call_id, outcome="denied", by="UNO", args_hash=None, now=time.time()
     )
-    await turns.run_job(job_id)
+    await turns.runner.run_job(job_id)
     await flushed(tracing)
     spans = await otlp.wait_for(lambda s: len(by_name(s, "invoke_agent opsloop")) == 2)
 
@@ -226,9 +232,9 @@ async def test_contents_are_captured_only_when_asked_and_scrubbed(
     model = ScriptedModel([calls(call("check", "c1", host=f"web-03 {SECRET}")), text("fine")])
     tracing = open_tracing(otlp, capture=True)
     turns, _ = make_turns(redis, keys, model, tracing)
-    job_id = (await turns.receive(thread, ts=TS, user="UREQ", text="look")).job_id
+    job_id = (await turns.receiver.receive(thread, ts=TS, user="UREQ", text="look")).job_id
     assert job_id is not None
-    await turns.run_job(job_id)
+    await turns.runner.run_job(job_id)
     await flushed(tracing)
     spans = await otlp.wait_for(lambda s: bool(by_name(s, "invoke_agent opsloop")))
 
@@ -249,9 +255,9 @@ async def test_an_endpoint_that_is_down_counts_dropped_spans(
         tracing = open_tracing(down, metrics=metrics)
         model = ScriptedModel([text("fine")])
         turns, _ = make_turns(redis, keys, model, tracing)
-        job_id = (await turns.receive(thread, ts=TS, user="UREQ", text="look")).job_id
+        job_id = (await turns.receiver.receive(thread, ts=TS, user="UREQ", text="look")).job_id
         assert job_id is not None
-        result = await turns.run_job(job_id)
+        result = await turns.runner.run_job(job_id)
         assert result is not None and result.stop_reason is StopReason.COMPLETED
         await asyncio.to_thread(tracing.force_flush)
         assert down.requests >= 1
@@ -275,10 +281,10 @@ async def test_an_endpoint_that_hangs_never_holds_up_the_job(
 
     model = ScriptedModel([calls(call("check", "c1", host="a")), answer_after_an_export])
     turns, _ = make_turns(redis, keys, model, tracing)
-    job_id = (await turns.receive(thread, ts=TS, user="UREQ", text="look")).job_id
+    job_id = (await turns.receiver.receive(thread, ts=TS, user="UREQ", text="look")).job_id
     assert job_id is not None
     # An export blocking the job would hold it for the exporter's 60 s timeout.
-    result = await asyncio.wait_for(turns.run_job(job_id), 20)
+    result = await asyncio.wait_for(turns.runner.run_job(job_id), 20)
     assert result is not None and result.stop_reason is StopReason.COMPLETED
     assert otlp.requests >= 1 and otlp.span_count == 0  # the export is still held
     otlp.release()
@@ -301,9 +307,9 @@ async def test_a_full_queue_drops_and_counts_instead_of_waiting(
         [calls(call("check", "c1", host="a"), call("check", "c2", host="b")), text("fine")]
     )
     turns, _ = make_turns(redis, keys, model, tracing)
-    job_id = (await turns.receive(thread, ts=TS, user="UREQ", text="look")).job_id
+    job_id = (await turns.receiver.receive(thread, ts=TS, user="UREQ", text="look")).job_id
     assert job_id is not None
-    result = await turns.run_job(job_id)
+    result = await turns.runner.run_job(job_id)
     assert result is not None and result.stop_reason is StopReason.COMPLETED
     # 5 spans (the run, two chats, two tools); at most 2 in the queue and 2 in the held
     # export: at least one is dropped, counted, and the job did not wait for room.

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from bot.agent import StopReason
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.store.keys import Keys, Thread
-from bot.turns.runner import TOOLS_META
+from bot.turns.run import TOOLS_META
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
 
@@ -35,26 +35,27 @@ async def test_a_resumed_job_keeps_its_tools_when_the_catalogue_changed(
             text("second job"),
         ]
     )
-    turns, cards = make_turns(redis, keys, model)
-    turns.settings = replace(turns.settings, limits=LIMITS.model_copy(update={"max_iterations": 5}))
+    turns, cards = make_turns(
+        redis, keys, model, limits=LIMITS.model_copy(update={"max_iterations": 5})
+    )
     job_id = await start(turns, thread)
-    paused = await turns.run_job(job_id)
+    paused = await turns.runner.run_job(job_id)
     assert paused is not None and paused.stop_reason is StopReason.AWAITING_APPROVAL
     assert offered(model, 0) == ["check", "read_artifact", "restart"]  # the built-in too
-    record = await turns.jobs.get(job_id)
+    record = await turns.stores.jobs.get(job_id)
     assert record is not None and record.meta[TOOLS_META] == "check restart"
 
     # Meanwhile the catalogue changed: ``check`` is gone from a new listing (kept as
     # retired for the jobs offered it), ``logs`` is new.
     old = turns.catalog
     logs = echo_tool("logs")
-    turns.catalog = replace(
+    turns.runner.catalog = replace(
         old,
         tools={"restart": old.tools["restart"], "logs": logs},
         sources={"restart": "test", "logs": "test"},
         retired={"check": old.tools["check"]},
     )
-    decided = await turns.approvals.decide(
+    decided = await turns.stores.approvals.decide(
         job_id,
         cards[0].call_id,
         outcome="approved",
@@ -63,16 +64,16 @@ async def test_a_resumed_job_keeps_its_tools_when_the_catalogue_changed(
         now=time.time(),
     )
     assert decided is not None and decided.won
-    result = await turns.run_job(job_id)
+    result = await turns.runner.run_job(job_id)
     assert result is not None and result.stop_reason is StopReason.COMPLETED, result
     assert offered(model, 1) == ["check", "read_artifact", "restart"]
     assert offered(model, 2) == ["check", "read_artifact", "restart"]
     assert "ok web-03" in str(model.requests[2].messages[-1])  # the retired tool still ran
 
     second = Thread(thread.channel, "1700000099.000100")
-    receipt = await turns.receive(second, ts=second.thread_ts, user="UREQ", text="look")
+    receipt = await turns.receiver.receive(second, ts=second.thread_ts, user="UREQ", text="look")
     assert receipt.job_id is not None
-    await turns.run_job(receipt.job_id)
+    await turns.runner.run_job(receipt.job_id)
     assert offered(model, 3) == ["logs", "read_artifact", "restart"]  # a new job: the new catalogue
 
 
@@ -80,13 +81,16 @@ async def test_a_tool_unknown_to_the_process_is_left_out_of_a_resumed_job(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
     model = ScriptedModel([calls(call("restart", "c1", host="web-03")), text("done"), text("done")])
-    turns, cards = make_turns(redis, keys, model)
-    turns.settings = replace(turns.settings, limits=LIMITS.model_copy(update={"max_iterations": 3}))
+    turns, cards = make_turns(
+        redis, keys, model, limits=LIMITS.model_copy(update={"max_iterations": 3})
+    )
     job_id = await start(turns, thread)
-    await turns.run_job(job_id)
+    await turns.runner.run_job(job_id)
     old = turns.catalog
-    turns.catalog = Catalog(tools={"restart": old.tools["restart"]}, sources={"restart": "t"})
-    await turns.approvals.decide(
+    turns.runner.catalog = Catalog(
+        tools={"restart": old.tools["restart"]}, sources={"restart": "t"}
+    )
+    await turns.stores.approvals.decide(
         job_id,
         cards[0].call_id,
         outcome="approved",
@@ -94,7 +98,7 @@ async def test_a_tool_unknown_to_the_process_is_left_out_of_a_resumed_job(
         args_hash=None,
         now=time.time(),
     )
-    result = await turns.run_job(job_id)
+    result = await turns.runner.run_job(job_id)
     # The model answers twice without checking the restart: asked once, then not verified.
     assert result is not None and result.stop_reason is StopReason.INCOMPLETE, result
     assert offered(model, 1) == ["read_artifact", "restart"]

@@ -38,7 +38,10 @@ from bot.store.connection import connect
 from bot.store.jobs import JobLimits
 from bot.store.keys import Keys, Thread
 from bot.otel.tracing import TracingOptions, open_tracing
-from bot.turns.runner import Turns, TurnSettings
+from bot.service import build_turns
+from bot.store.parts import Stores
+from bot.turns.parts import Turns
+from bot.turns.run import TurnSettings
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
 
@@ -48,9 +51,8 @@ async def main() -> None:
     tool = echo_tool()
     settings = load_otel_settings()
     tracing = open_tracing(settings.enabled, TracingOptions(shutdown_s=0.1))
-    turns = Turns(
-        redis=redis,
-        keys=Keys("otel-off:"),
+    turns = build_turns(
+        Stores.build(redis, Keys("otel-off:")),
         resolver=ScriptedModel([calls(call("check", "c1", host="web-03")), text("fine")]),
         catalog=Catalog(tools={tool.name: tool}, sources={tool.name: "test"}),
         system_prompt="You are opsloop.",
@@ -58,8 +60,8 @@ async def main() -> None:
         tracing=tracing,
     )
     ts = sys.argv[2]
-    receipt = await turns.receive(Thread("C1", ts), ts=ts, user="U1", text="look")
-    result = await turns.run_job(receipt.job_id)
+    receipt = await turns.receiver.receive(Thread("C1", ts), ts=ts, user="U1", text="look")
+    result = await turns.runner.run_job(receipt.job_id)
     assert result is not None and result.stop_reason.value == "completed", result
     if tracing is not None:
         tracing.close()

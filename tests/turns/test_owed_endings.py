@@ -44,9 +44,9 @@ async def test_a_shown_ending_is_settled_by_its_own_process(
 ) -> None:
     turns, _ = make_turns(redis, keys, ScriptedModel([text("all good")]))
     job_id = await start(turns, thread)
-    await turns.run_job(job_id)
+    await turns.runner.run_job(job_id)
 
-    assert await turns.jobs.owed(job_id) is None
+    assert await turns.stores.jobs.owed(job_id) is None
     assert await redis.zscore(keys.active_jobs(job_bucket(job_id)), job_id) is None
     shown: list[str] = []
     await scanner(turns, shown).scan()
@@ -58,15 +58,15 @@ async def test_an_ending_its_process_never_showed_is_delivered_once_by_a_scan(
 ) -> None:
     turns, _ = make_turns(redis, keys, ScriptedModel([text("all good")]), notes=UndeliveredNotes())
     job_id = await start(turns, thread)
-    await turns.run_job(job_id)
-    record = await turns.jobs.get(job_id)
+    await turns.runner.run_job(job_id)
+    record = await turns.stores.jobs.get(job_id)
     assert record is not None and record.status is JobStatus.COMPLETED
-    assert await turns.jobs.owed(job_id) == 0
+    assert await turns.stores.jobs.owed(job_id) == 0
 
     shown: list[str] = []
     await scanner(turns, shown).scan()
     assert shown == [f"{job_id}: all good"]
-    assert await turns.jobs.owed(job_id) is None
+    assert await turns.stores.jobs.owed(job_id) is None
     await scanner(turns, shown).scan()
     assert shown == [f"{job_id}: all good"]  # once
 
@@ -77,14 +77,14 @@ async def test_no_delivery_while_the_threads_lease_is_held(
     """Its own process may still be showing it (waiting out Slack's rate limits)."""
     turns, _ = make_turns(redis, keys, ScriptedModel([text("all good")]), notes=UndeliveredNotes())
     job_id = await start(turns, thread)
-    await turns.run_job(job_id)
+    await turns.runner.run_job(job_id)
     other = Leases(redis, keys)
     held = await other.acquire(thread, owner="still-showing-it")
     assert held is not None
 
     shown: list[str] = []
     await scanner(turns, shown).scan()
-    assert shown == [] and await turns.jobs.owed(job_id) == 0
+    assert shown == [] and await turns.stores.jobs.owed(job_id) == 0
     # its next look is timed to the lease's expiry: here the lease goes early
     assert await redis.zscore(keys.active_jobs(job_bucket(job_id)), job_id) > time.time() + 10
     await other.release(held)
@@ -98,7 +98,7 @@ async def test_a_delivery_slack_keeps_refusing_is_given_up_after_a_few_tries(
 ) -> None:
     turns, _ = make_turns(redis, keys, ScriptedModel([text("all good")]), notes=UndeliveredNotes())
     job_id = await start(turns, thread)
-    await turns.run_job(job_id)
+    await turns.runner.run_job(job_id)
     index = keys.active_jobs(job_bucket(job_id))
 
     shown: list[str] = []
@@ -106,5 +106,5 @@ async def test_a_delivery_slack_keeps_refusing_is_given_up_after_a_few_tries(
         await redis.zadd(index, {job_id: 0})  # due now (a refused try waits 30 s)
         await scanner(turns, shown, answer=False).scan()
     assert len(shown) == MAX_DELIVERIES
-    assert await turns.jobs.owed(job_id) is None
+    assert await turns.stores.jobs.owed(job_id) is None
     assert await redis.zscore(index, job_id) is None

@@ -11,12 +11,15 @@ from redis.asyncio.connection import AbstractConnection
 
 from bot.agent import ModelRequest, ModelResponse, StopReason, ToolMessage, UserMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
+from bot.service import build_turns
+from bot.store.parts import Stores
 from bot.store.history import RedisHistory
 from bot.store.jobs import JobLimits, JobStatus
 from bot.store.keys import TRACE_TTL_S, Keys, Thread
 from bot.store.lease import Leases
 from bot.store.trace import read_trace
-from bot.turns.runner import Turns, TurnSettings
+from bot.turns.parts import Turns
+from bot.turns.run import TurnSettings
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
 
@@ -29,9 +32,8 @@ def turns_for(
     redis: aioredis.Redis, keys: Keys, model: ScriptedModel, acks: list[tuple[str, ...]]
 ) -> Turns:
     tool = echo_tool()
-    return Turns(
-        redis=redis,
-        keys=keys,
+    return build_turns(
+        Stores.build(redis, keys),
         resolver=model,
         catalog=Catalog(tools={tool.name: tool}, sources={tool.name: "test"}),
         system_prompt="You are opsloop.",
@@ -48,16 +50,16 @@ async def test_a_mention_runs_tools_and_answers(
     model = ScriptedModel([calls(call("check", "c1", host="web-03")), text("web-03 is fine")])
     turns = turns_for(redis, keys, model, acks)
 
-    receipt = await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")
+    receipt = await turns.receiver.receive(thread, ts="1700000000.000100", user="U1", text="look")
     assert receipt.outcome == "created" and receipt.status is JobStatus.QUEUED
     assert receipt.needs_run and receipt.record is not None
     job = receipt.record
-    result = await turns.run_job(job.id)
+    result = await turns.runner.run_job(job.id)
 
     assert result is not None and result.stop_reason is StopReason.COMPLETED, result
     first = model.requests[0].messages
     assert first == (UserMessage(content="<@U1>: look", source_id="1700000000.000100"),)
-    stored = await turns.jobs.get(job.id)
+    stored = await turns.stores.jobs.get(job.id)
     assert stored is not None and stored.status is JobStatus.COMPLETED
     assert stored.output == "web-03 is fine" and stored.progress.iterations == 2
     assert acks == [("1700000000.000100",)]
@@ -73,7 +75,7 @@ async def test_a_reply_during_the_run_reaches_the_next_request(
     turns: Turns
 
     async def first(request: ModelRequest) -> ModelResponse:
-        receipt = await turns.receive(
+        receipt = await turns.receiver.receive(
             thread, ts="1700000000.000200", user="U2", text="show the logs first"
         )
         assert receipt.outcome == "joined"  # the running job takes it in
@@ -82,9 +84,11 @@ async def test_a_reply_during_the_run_reaches_the_next_request(
 
     model = ScriptedModel([first, text("done")])
     turns = turns_for(redis, keys, model, acks)
-    job = (await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")).record
+    job = (
+        await turns.receiver.receive(thread, ts="1700000000.000100", user="U1", text="look")
+    ).record
     assert job is not None
-    result = await turns.run_job(job.id)
+    result = await turns.runner.run_job(job.id)
 
     assert result is not None and result.stop_reason is StopReason.COMPLETED
     second = model.requests[1].messages
@@ -102,21 +106,23 @@ async def test_a_reply_as_the_job_ends_starts_a_new_job(
     turns: Turns
 
     async def answer(request: ModelRequest) -> ModelResponse:
-        await turns.receive(thread, ts="1700000000.000300", user="U2", text="and web-04?")
+        await turns.receiver.receive(thread, ts="1700000000.000300", user="U2", text="and web-04?")
         return text("web-03 is fine")
 
     model = ScriptedModel([answer, text("web-04 is fine too")])
     turns = turns_for(redis, keys, model, acks)
-    job = (await turns.receive(thread, ts="1700000000.000100", user="U1", text="web-03?")).record
+    job = (
+        await turns.receiver.receive(thread, ts="1700000000.000100", user="U1", text="web-03?")
+    ).record
     assert job is not None
-    result = await turns.run_job(job.id)
+    result = await turns.runner.run_job(job.id)
 
     assert result is not None and result.output == "web-04 is fine too"
     assert model.requests[1].messages[-1] == UserMessage(
         content="<@U2>: and web-04?", source_id="1700000000.000300"
     )
-    first = await turns.jobs.get(job.id)
-    follow = await turns.jobs.current(thread)
+    first = await turns.stores.jobs.get(job.id)
+    follow = await turns.stores.jobs.current(thread)
     assert first is not None and first.status is JobStatus.COMPLETED
     assert follow is not None and follow.id != job.id and follow.status is JobStatus.COMPLETED
     model.assert_done()
@@ -127,12 +133,14 @@ async def test_a_job_whose_thread_is_leased_elsewhere_is_left_alone(
 ) -> None:
     model = ScriptedModel([])
     turns = turns_for(redis, keys, model, [])
-    job = (await turns.receive(thread, ts="1700000000.000100", user="U1", text="look")).record
+    job = (
+        await turns.receiver.receive(thread, ts="1700000000.000100", user="U1", text="look")
+    ).record
     assert job is not None
     other = await Leases(redis, keys).acquire(thread)
     assert other is not None
-    assert await turns.run_job(job.id) is None
-    stored = await turns.jobs.get(job.id)
+    assert await turns.runner.run_job(job.id) is None
+    stored = await turns.stores.jobs.get(job.id)
     assert stored is not None and stored.status is JobStatus.QUEUED
     assert model.requests == []
 
@@ -157,12 +165,14 @@ async def test_a_simple_job_costs_nine_round_trips(
 
     for n, expected in ((1, None), (2, 9)):  # the first job loads the scripts
         thread = Thread("C123", f"170000000{n}.000100")
-        job = (await turns.receive(thread, ts=thread.thread_ts, user="U1", text="hi")).record
+        job = (
+            await turns.receiver.receive(thread, ts=thread.thread_ts, user="U1", text="hi")
+        ).record
         assert job is not None
         sent.clear()
         with monkeypatch.context() as patch:
             patch.setattr(AbstractConnection, "send_packed_command", counted)
-            result = await turns.run_job(job.id)
+            result = await turns.runner.run_job(job.id)
         assert result is not None and result.stop_reason is StopReason.COMPLETED
         if expected is not None:
             assert len(sent) == expected, sent

@@ -18,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.ports import WORKSPACE_CAP, SpendHold, SpendRefused
 from bot.agent.testing import ScriptedModel
 from bot.emulator.slack import FakeSlack
+from bot.service import daily_caps, job_admission
 from bot.settings import BotSettings
 from bot.slack.actions import ONLY_APPROVERS, Interactions
 from bot.slack.policy import ApproverPolicy
@@ -25,14 +26,7 @@ from bot.slack.updates import UpdateBudget
 from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus
 from bot.store.keys import QUOTA_TAG, Keys, Thread
 from bot.store.quota import DailyCaps, NotReached, Raised
-from bot.turns.spend import (
-    USED,
-    WorkspaceSpend,
-    continue_capped,
-    job_admission,
-    stopped_by_cap,
-    workspace_spend,
-)
+from bot.turns.spend import USED, WorkspaceSpend, continue_capped, stopped_by_cap
 from tests.store import conftest as store
 from tests.turns.test_approvals_stop_continue import make_turns
 
@@ -69,9 +63,9 @@ async def test_the_spend_port_reserves_and_settles_in_the_caps(
 
 
 def test_the_parts_are_built_only_when_configured(redis: aioredis.Redis, keys: Keys) -> None:
-    assert workspace_spend(redis, keys, BotSettings()) is None
-    spend = workspace_spend(redis, keys, BotSettings(OPSLOOP_DAILY_COST_USD=5.0))
-    assert spend is not None and spend.caps.cost_usd == 5.0 and spend.caps.tokens is None
+    assert daily_caps(redis, keys, BotSettings()) is None
+    caps = daily_caps(redis, keys, BotSettings(OPSLOOP_DAILY_COST_USD=5.0))
+    assert caps is not None and caps.cost_usd == 5.0 and caps.tokens is None
     off = BotSettings(OPSLOOP_JOBS_PER_USER_HOUR=0)
     assert job_admission(redis, keys, off) is None
     gate = job_admission(redis, keys, BotSettings())  # the default rate: 30 an hour
@@ -187,7 +181,7 @@ async def test_only_an_approver_may_continue_a_job_the_cap_stopped(
     slack: FakeSlack, redis: aioredis.Redis, keys: Keys
 ) -> None:
     clicks = Clicks(slack, redis, keys)
-    job = await capped_job(clicks.turns.jobs, clicks.caps, requester="U0REQ")
+    job = await capped_job(clicks.turns.stores.jobs, clicks.caps, requester="U0REQ")
 
     await clicks.press(job, "U0REQ")  # who started it may Continue a job, not raise the day
 
@@ -195,7 +189,7 @@ async def test_only_an_approver_may_continue_a_job_the_cap_stopped(
     assert note["user"] == "U0REQ" and note["text"] == f"Nothing changed: {ONLY_APPROVERS}."
     assert clicks.scheduled == []
     assert (await clicks.caps.status()).raises == 0
-    still = await clicks.turns.job(job.id)
+    still = await clicks.turns.stores.jobs.get(job.id)
     assert still is not None and still.status is JobStatus.LIMIT_TOKENS
 
     await clicks.press(job, "U0BOSS")

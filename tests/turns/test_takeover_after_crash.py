@@ -21,11 +21,14 @@ import redis.asyncio as aioredis
 
 from bot.agent import ModelRequest, ModelResponse, StopReason, ToolMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
+from bot.service import build_turns
+from bot.store.parts import Stores
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobStatus
 from bot.store.keys import LEASE_TTL_MS, Keys, Thread, job_bucket
 from bot.store.lease import Leases
-from bot.turns.runner import Turns, TurnSettings
+from bot.turns.parts import Turns
+from bot.turns.run import TurnSettings
 from bot.turns.scanner import DUE_PAGE, SCAN_INTERVAL_S, Scanner
 from tests.agent.conftest import echo_tool
 from tools.registry import Catalog
@@ -46,9 +49,8 @@ def process(
 ) -> Turns:
     read = echo_tool()
     write = echo_tool("restart", category="mutating")
-    return Turns(
-        redis=redis,
-        keys=keys,
+    return build_turns(
+        Stores.build(redis, keys),
         resolver=model,
         catalog=Catalog(
             tools={read.name: read, write.name: write},
@@ -82,15 +84,15 @@ def hangs_after(first: ModelResponse | None) -> tuple[ScriptedModel, asyncio.Eve
 
 async def crash_while_running(turns: Turns, job_id: str, calling: asyncio.Event) -> float:
     """Run the job in ``turns`` until its model call hangs, then die there."""
-    task = asyncio.create_task(turns.run_job(job_id))
+    task = asyncio.create_task(turns.runner.run_job(job_id))
     await calling.wait()
     crashed_at = time.time()
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    record = await turns.jobs.get(job_id)
+    record = await turns.stores.jobs.get(job_id)
     assert record is not None and record.status is JobStatus.RUNNING
-    assert await turns.leases.holder(record.thread) is None
+    assert await turns.stores.leases.holder(record.thread) is None
     return crashed_at
 
 
@@ -126,7 +128,7 @@ async def taken_over_by_b(
     )
 
     async def resume() -> None:
-        result = await b.run_job(job_id)
+        result = await b.runner.run_job(job_id)
         assert result is not None and result.stop_reason is StopReason.COMPLETED
         assert result.output == "resumed"
 
@@ -138,7 +140,7 @@ async def test_a_job_started_from_a_mention_is_taken_over(
 ) -> None:
     model, calling = hangs_after(None)
     a = process(redis, keys, "process-a", model)
-    receipt = await a.receive(thread, ts=TS, user="UREQ", text="look at web-03")
+    receipt = await a.receiver.receive(thread, ts=TS, user="UREQ", text="look at web-03")
     assert receipt.job_id is not None
 
     crashed_at = await crash_while_running(a, receipt.job_id, calling)
@@ -152,10 +154,10 @@ async def test_a_job_resumed_after_its_approval_is_taken_over(
 ) -> None:
     model, calling = hangs_after(calls(call("restart", "c1", host="web-03")))
     a = process(redis, keys, "process-a", model)
-    receipt = await a.receive(thread, ts=TS, user="UREQ", text="restart web-03")
+    receipt = await a.receiver.receive(thread, ts=TS, user="UREQ", text="restart web-03")
     job_id = receipt.job_id
     assert job_id is not None
-    paused = await a.run_job(job_id)
+    paused = await a.runner.run_job(job_id)
     assert paused is not None and paused.stop_reason is StopReason.AWAITING_APPROVAL
     assert paused.approval is not None
 
@@ -164,7 +166,7 @@ async def test_a_job_resumed_after_its_approval_is_taken_over(
 
     # A scan looks at the paused job (which mostly resumes by its click, not the scan).
     await Scanner(a, schedule=lambda _: None, on_expired=no_expiry).scan()
-    decided = await a.approvals.decide(
+    decided = await a.stores.approvals.decide(
         job_id,
         paused.approval.call_id,
         outcome="approved",
@@ -185,12 +187,12 @@ async def test_a_job_continued_after_a_limit_is_taken_over(
 ) -> None:
     model, calling = hangs_after(calls(call("check", "c1", host="web-03")))
     a = process(redis, keys, "process-a", model, max_iterations=1)
-    receipt = await a.receive(thread, ts=TS, user="UREQ", text="look at web-03")
+    receipt = await a.receiver.receive(thread, ts=TS, user="UREQ", text="look at web-03")
     job_id = receipt.job_id
     assert job_id is not None
-    stopped = await a.run_job(job_id)
+    stopped = await a.runner.run_job(job_id)
     assert stopped is not None and stopped.stop_reason is StopReason.LIMIT_ITERATIONS
-    raised = await a.raise_limit(job_id, "UREQ")
+    raised = await a.controls.raise_limit(job_id, "UREQ")
     assert not isinstance(raised, str) and raised.status is JobStatus.RUNNING
 
     crashed_at = await crash_while_running(a, job_id, calling)
@@ -206,8 +208,8 @@ async def test_a_job_behind_more_due_jobs_than_a_page_is_taken_over(
     a = process(redis, keys, "process-a", model)
     for n in range(DUE_PAGE + 20):  # queued jobs in other threads, due before it
         other = Thread("C456", f"1700000001.{n:06d}")
-        await a.receive(other, ts=other.thread_ts, user="UREQ", text="look")
-    receipt = await a.receive(thread, ts=TS, user="UREQ", text="look at web-03")
+        await a.receiver.receive(other, ts=other.thread_ts, user="UREQ", text="look")
+    receipt = await a.receiver.receive(thread, ts=TS, user="UREQ", text="look at web-03")
     assert receipt.job_id is not None
 
     crashed_at = await crash_while_running(a, receipt.job_id, calling)
@@ -223,16 +225,16 @@ async def test_a_look_timed_to_a_renewed_lease_looks_again(
     to the lease's expiry, and then A dies: B's timed look finds the lease still held,
     and must time another look to the new expiry rather than wait for a scan."""
     b = process(redis, keys, "process-b", ScriptedModel(fn=lambda _: text("resumed")))
-    receipt = await b.receive(thread, ts=TS, user="UREQ", text="look at web-03")
+    receipt = await b.receiver.receive(thread, ts=TS, user="UREQ", text="look at web-03")
     assert receipt.job_id is not None and receipt.record is not None
     lease = await Leases(redis, keys, ttl_ms=1_000).acquire(thread)
     assert lease is not None
-    await b.jobs.save(receipt.record, JobStatus.RUNNING, fence=lease.fence)  # A runs it
+    await b.stores.jobs.save(receipt.record, JobStatus.RUNNING, fence=lease.fence)  # A runs it
     runs: list[asyncio.Task[object]] = []
     resumed = asyncio.Event()
 
     async def run(job_id: str) -> object:
-        result = await b.run_job(job_id)
+        result = await b.runner.run_job(job_id)
         if result is not None:
             resumed.set()
         return result
@@ -259,5 +261,5 @@ async def test_a_look_timed_to_a_renewed_lease_looks_again(
     finally:
         for task in runs:
             await task
-    record = await b.jobs.get(receipt.job_id)
+    record = await b.stores.jobs.get(receipt.job_id)
     assert record is not None and record.status is JobStatus.COMPLETED

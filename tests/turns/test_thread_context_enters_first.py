@@ -49,7 +49,9 @@ async def test_a_mention_inside_a_new_thread_gets_the_earlier_messages_first(
     turns, _ = make_turns(redis, keys, ScriptedModel([]))
     context = Context("Earlier in this thread: web-03 is slow")
 
-    receipt = await turns.receive(thread, ts=INSIDE, user="U2", text="why?", context=context)
+    receipt = await turns.receiver.receive(
+        thread, ts=INSIDE, user="U2", text="why?", context=context
+    )
 
     assert receipt.outcome == "created"
     assert context.windows == [ContextWindow(before=INSIDE, after=None, received=frozenset())]
@@ -57,8 +59,10 @@ async def test_a_mention_inside_a_new_thread_gets_the_earlier_messages_first(
     assert got == [(f"{INSIDE}:context", context.text), (INSIDE, "why?")]
 
     again = Context("never used")
-    await turns.receive(thread, ts=LATER, user="U3", text="and?", context=again)
-    await turns.receive(thread, ts=INSIDE, user="U2", text="why?", context=again)  # a retry
+    await turns.receiver.receive(thread, ts=LATER, user="U3", text="and?", context=again)
+    await turns.receiver.receive(
+        thread, ts=INSIDE, user="U2", text="why?", context=again
+    )  # a retry
     assert again.asked == 0  # the job is live: the message joins it; the retry is a duplicate
 
 
@@ -66,14 +70,16 @@ async def test_a_reply_that_starts_a_job_reads_what_came_since_the_last_context(
     redis: aioredis.Redis, keys: Keys, thread: Thread
 ) -> None:
     turns, _ = make_turns(redis, keys, ScriptedModel([text("first answer")]))
-    first = await turns.receive(thread, ts=INSIDE, user="U2", text="why?", context=Context())
+    first = await turns.receiver.receive(
+        thread, ts=INSIDE, user="U2", text="why?", context=Context()
+    )
     assert first.job_id is not None
-    await turns.run_job(first.job_id)
-    job = await turns.job(first.job_id)
+    await turns.runner.run_job(first.job_id)
+    job = await turns.stores.jobs.get(first.job_id)
     assert job is not None and job.status is JobStatus.COMPLETED
     context = Context("[RESOLVED] HighCPU web-03")
 
-    second = await turns.receive(
+    second = await turns.receiver.receive(
         thread, ts=LATER, user="U3", text="is it over?", reply=True, context=context
     )
 
@@ -93,14 +99,16 @@ async def test_top_level_mentions_and_replies_outside_a_conversation_ask_nothing
     turns, _ = make_turns(redis, keys, ScriptedModel([]))
     top, reply, empty = Context("x"), Context("x"), Context(None)
 
-    await turns.receive(thread, ts=INSIDE, user="U2", text="a reply", reply=True, context=reply)
-    await turns.receive(thread, ts=thread.thread_ts, user="U2", text="hi", context=top)
+    await turns.receiver.receive(
+        thread, ts=INSIDE, user="U2", text="a reply", reply=True, context=reply
+    )
+    await turns.receiver.receive(thread, ts=thread.thread_ts, user="U2", text="hi", context=top)
     other = Thread(thread.channel, "1700000001.000100")
-    await turns.receive(other, ts="1700000001.000500", user="U2", text="hm", context=empty)
+    await turns.receiver.receive(other, ts="1700000001.000500", user="U2", text="hm", context=empty)
 
     assert (top.asked, reply.asked, empty.asked) == (0, 0, 1)
-    assert await turns.receipts.count(thread) == 1  # the mention only (the reply: ignored)
-    assert await turns.receipts.count(other) == 1
+    assert await turns.stores.receipts.count(thread) == 1  # the mention only (the reply: ignored)
+    assert await turns.stores.receipts.count(other) == 1
 
 
 async def test_a_failed_or_empty_read_starts_the_job_and_the_next_job_asks_again(
@@ -109,13 +117,15 @@ async def test_a_failed_or_empty_read_starts_the_job_and_the_next_job_asks_again
     turns, _ = make_turns(redis, keys, ScriptedModel([text("done")]))
     failing = Context(fails=True)
 
-    first = await turns.receive(thread, ts=INSIDE, user="U2", text="why?", context=failing)
+    first = await turns.receiver.receive(thread, ts=INSIDE, user="U2", text="why?", context=failing)
 
     assert failing.asked == 1 and first.outcome == "created" and first.job_id is not None
     assert await entries(redis, keys, thread) == [(INSIDE, "why?")]
-    await turns.run_job(first.job_id)
+    await turns.runner.run_job(first.job_id)
     retry = Context()
-    await turns.receive(thread, ts=LATER, user="U3", text="and?", reply=True, context=retry)
+    await turns.receiver.receive(
+        thread, ts=LATER, user="U3", text="and?", reply=True, context=retry
+    )
     # Nothing was read: the window still starts at the thread's beginning.
     assert retry.windows == [ContextWindow(before=LATER, after=None, received=frozenset({INSIDE}))]
 
@@ -148,12 +158,12 @@ async def test_live_counts_are_the_workspaces_open_jobs_and_cards(
 ) -> None:
     model = ScriptedModel([calls(call("restart", "c1", host="web-03"))])
     turns, _ = make_turns(redis, keys, model)
-    assert (await turns.live_counts()).jobs == 0
+    assert (await turns.stores.live_counts()).jobs == 0
 
     job_id = await start(turns, thread)
-    queued = await turns.live_counts()
-    await turns.run_job(job_id)
-    paused = await turns.live_counts()
+    queued = await turns.stores.live_counts()
+    await turns.runner.run_job(job_id)
+    paused = await turns.stores.live_counts()
 
     assert (queued.jobs, queued.pending_approvals) == (1, 0)
     assert (paused.jobs, paused.pending_approvals) == (1, 1)
