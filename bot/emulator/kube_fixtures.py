@@ -25,7 +25,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 Json = dict[str, Any]
 NAMESPACES = ("default", "web", "payments")
@@ -388,6 +388,75 @@ def deployment(
             "progressDeadlineSeconds": 600,
         },
         "status": status,
+    }
+
+
+def workload_set(
+    kind: Literal["StatefulSet", "DaemonSet"],
+    namespace: str,
+    name: str,
+    *,
+    created: datetime,
+    app: Json,
+    generation: int,
+    status: Json,
+    replicas: int | None = None,
+    service_name: str | None = None,
+) -> Json:
+    """A StatefulSet or a DaemonSet running the one container ``app``, labelled
+    ``app: name`` (a Deployment is :func:`deployment`)."""
+    labels = {"app": name}
+    spec: Json = {} if replicas is None else {"replicas": replicas}
+    spec["selector"] = {"matchLabels": labels}
+    if service_name is not None:
+        spec["serviceName"] = service_name
+    spec["template"] = {"metadata": {"labels": labels}, "spec": {"containers": [app]}}
+    spec["updateStrategy"] = {"type": "RollingUpdate"}
+    return {
+        "kind": kind,
+        "apiVersion": "apps/v1",
+        "metadata": {**meta(name, namespace, created, labels=labels), "generation": generation},
+        "spec": spec,
+        "status": status,
+    }
+
+
+def namespace_object(name: str, created: datetime) -> Json:
+    return {
+        "kind": "Namespace",
+        "apiVersion": "v1",
+        "metadata": meta(name, None, created, labels={"kubernetes.io/metadata.name": name}),
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def service(
+    namespace: str,
+    name: str,
+    *,
+    created: datetime,
+    kind: str,
+    cluster_ip: str,
+    ports: list[Json],
+    load_balancer_ip: str | None = None,
+    selector: dict[str, str] | None = None,
+) -> Json:
+    """A Service; ``load_balancer_ip`` "" is a load balancer still waiting for its address."""
+    spec: Json = {
+        "type": kind,
+        "clusterIP": cluster_ip,
+        "ports": [{"protocol": "TCP", **p} for p in ports],
+    }
+    if selector is not None:
+        spec["selector"] = selector
+    ingress = {"ingress": [{"ip": load_balancer_ip}]} if load_balancer_ip else {}
+    return {
+        "kind": "Service",
+        "apiVersion": "v1",
+        "metadata": meta(name, namespace, created),
+        "spec": spec,
+        "status": {"loadBalancer": ingress},
     }
 
 
