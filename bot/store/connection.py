@@ -121,16 +121,18 @@ class _StreamKeysParser(AsyncCommandsParser):
     fails ("attached to a different loop"): the inject reader's MULTI could not run."""
 
     async def _get_moveable_keys(self, *args: Any) -> Any:
-        name = _text(args[0]).upper() if args else ""
+        name = reply_text(args[0]).upper() if args else ""
         if name in ("XREAD", "XREADGROUP"):
-            words = [_text(a).upper() for a in args]
+            words = [reply_text(a).upper() for a in args]
             if "STREAMS" in words:
                 rest = args[words.index("STREAMS") + 1 :]
                 return list(rest[: len(rest) // 2])
         return await super()._get_moveable_keys(*args)
 
 
-def _text(value: object) -> str:
+def reply_text(value: object) -> str:
+    """A value of a Redis reply as text: a client built by ``connect`` decodes replies,
+    a raw one (tests, tools) gives bytes."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

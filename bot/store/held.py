@@ -24,7 +24,7 @@ from typing import Literal, cast
 
 import redis.asyncio as aioredis
 
-from bot.store.connection import translated
+from bot.store.connection import reply_text, translated
 from bot.store.jobs import job_prefixes
 from bot.store.keys import Keys, Thread
 
@@ -72,10 +72,6 @@ class HeldMessages:
                 keys=[keys.history(thread), keys.current_job(thread), keys.inject_seen(thread)],
                 args=[key_prefix, ts],
             )
-        kind = cast(LookKind, _str(reply[0]))  # the script's closed set
+        kind = cast(LookKind, reply_text(reply[0]))  # the script's closed set
         seen = reply[1] if len(reply) > 1 else []
-        return Look(kind=kind, received=frozenset(_str(s) for s in seen))
-
-
-def _str(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+        return Look(kind=kind, received=frozenset(reply_text(s) for s in seen))

@@ -43,7 +43,7 @@ from bot.store.audit_entry import OUTBOX_TTL_S
 from bot.store.cap_status import MICRO, to_micro, usd
 from bot.store.cap_status import CapStatus as CapStatus
 from bot.store.cap_status import utc_day as utc_day
-from bot.store.connection import translated
+from bot.store.connection import reply_text, translated
 from bot.store.keys import QUOTA_TAG, Keys
 from bot.store.quota_scripts import ADMIT, ADMIT_RATE, RAISE, RESERVE, SETTLE
 
@@ -66,7 +66,7 @@ def message_key(keys: Keys, message: str) -> str:
 
 def _fields(flat: Sequence[object]) -> dict[str, str]:
     """A hash as a script returns it (a flat field/value list)."""
-    return {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+    return {reply_text(flat[i]): reply_text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +158,9 @@ class DailyCaps:
             reply = await self._reserve(
                 keys=[self.day_key(day)], args=[tokens, cost, *self.cap_args, DAY_TTL_S]
             )
-        if _str(reply[0]) == "ok":
+        if reply_text(reply[0]) == "ok":
             return SpendHold(tokens=tokens, cost_usd=None if cost == "" else cost_usd, token=day)
-        over, used_t, cap_t, used_c, cap_c = _str(reply[0]), *(int(v) for v in reply[1:5])
+        over, used_t, cap_t, used_c, cap_c = reply_text(reply[0]), *(int(v) for v in reply[1:5])
         if over == "tokens":
             figures = (
                 f"{used_t:,} of {cap_t:,} tokens used today (UTC), "
@@ -197,7 +197,7 @@ class DailyCaps:
         day = utc_day(self.now())
         async with translated("daily cap status"):
             got = await self._redis.hgetall(self.day_key(day))
-        return self.status_of(day, {_str(k): _str(v) for k, v in got.items()})
+        return self.status_of(day, {reply_text(k): reply_text(v) for k, v in got.items()})
 
     async def raise_for_day(
         self,
@@ -238,7 +238,7 @@ class DailyCaps:
                 await self._redis.zadd(self._keys.audit_pending_of(QUOTA_TAG), {QUOTA_TAG: now})
             reply = await self._raise(keys=keys, args=args)
         status = self.status_of(day, _fields(reply[1:]))
-        return Raised(status) if _str(reply[0]) == "raised" else NotReached(status)
+        return Raised(status) if reply_text(reply[0]) == "raised" else NotReached(status)
 
 
 class JobRate:
@@ -288,7 +288,7 @@ class JobRate:
                     "1" if count else "0",
                 ],
             )
-        return float(_str(reply[1])) if _str(reply[0]) == "wait" else None
+        return float(reply_text(reply[1])) if reply_text(reply[0]) == "wait" else None
 
     async def count(self, user: str) -> int:
         """Jobs ``user`` started in the last hour (tests, status)."""
@@ -379,13 +379,13 @@ class JobAdmission:
                     MESSAGE_TTL_S,
                 ],
             )
-        verdict = _str(reply[0])
+        verdict = reply_text(reply[0])
         if verdict == "cap" and caps is not None:
             status = caps.status_of(day, _fields(reply[2:]))
             return CapReached(status, first=int(reply[1]) == 1)
         if verdict == "wait":
             return RateLimited(
-                retry_at=float(_str(reply[2])),
+                retry_at=float(reply_text(reply[2])),
                 jobs=int(reply[3]),
                 per_hour=per_hour,
                 first=int(reply[1]) == 1,
@@ -393,7 +393,3 @@ class JobAdmission:
         if verdict != "ok":
             raise StoreError(f"job admission: unexpected reply {reply!r}")
         return Admitted()
-
-
-def _str(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -38,7 +38,7 @@ from typing import Literal
 
 import redis.asyncio as aioredis
 
-from bot.store.connection import translated
+from bot.store.connection import reply_text, translated
 from bot.store.failover import retried
 from bot.store.inject import APPEND_STEPS, GROUP
 from bot.store.jobs import JobLimits, JobRecord, JobStatus, job_prefixes, new_job
@@ -186,15 +186,15 @@ class Receipts:
                 ],
             ),
         )
-        outcome = _str(outcome)
-        job_id = _str(job_id) or None
+        outcome = reply_text(outcome)
+        job_id = reply_text(job_id) or None
         record = None
         if outcome == "created" and job_id is not None:
             record = template.model_copy(update={"id": job_id})
         return Receipt(
             outcome=outcome,  # type: ignore[arg-type]  # the script's closed set
             job_id=job_id,
-            status=JobStatus(_str(status)) if _str(status) else None,
+            status=JobStatus(reply_text(status)) if reply_text(status) else None,
             record=record,
         )
 
@@ -213,7 +213,3 @@ class Receipts:
         async with translated("inject seq"):
             value = await self._redis.get(self._keys.inject_seq(thread))
         return int(value or 0)
-
-
-def _str(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
