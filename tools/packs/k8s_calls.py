@@ -171,12 +171,36 @@ class Kubernetes:
     async def _read(self, kind: Kind, name: str, namespace: str) -> Json:
         api = await self._api(kind)
         if kind.namespaced:
-            what = f"read {kind.kind.lower()} {namespace}/{name}"
+            what = f"read {_label(kind, name, namespace)}"
             return await self.kube.call(
                 what, getattr(api, f"read_namespaced_{kind.method}"), name, namespace
             )
         return await self.kube.call(
             f"read {kind.kind.lower()} {name}", getattr(api, f"read_{kind.method}"), name
+        )
+
+    async def _read_scale(self, kind: Kind, name: str, namespace: str) -> Json:
+        api = await self._api(kind)
+        return await self.kube.call(
+            f"read the scale of {_label(kind, name, namespace)}",
+            getattr(api, f"read_namespaced_{kind.method}_scale"),
+            name,
+            namespace,
+        )
+
+    async def _patch(
+        self, what: str, kind: Kind, name: str, namespace: str, patch: Json, subresource: str = ""
+    ) -> Json:
+        """``patch`` applied to the object (or its ``subresource``), as ``FIELD_MANAGER``."""
+        api = await self._api(kind)
+        suffix = f"_{subresource}" if subresource else ""
+        return await self.kube.call(
+            what,
+            getattr(api, f"patch_namespaced_{kind.method}{suffix}"),
+            name,
+            namespace,
+            patch,
+            field_manager=FIELD_MANAGER,
         )
 
     async def describe(self, kind_name: str, name: str, namespace: str) -> str:
@@ -261,20 +285,12 @@ class Kubernetes:
         kind = KINDS[kind_name]
         self.kube.namespaces.check(namespace)
         before = await self._read(kind, name, namespace)
-        label = f"{kind.kind.lower()} {namespace}/{name}"
+        label = _label(kind, name, namespace)
         if dig(before, "spec", "paused") is True:
             raise ToolError(f"{label} is paused; a restart would not roll out (resume it first)")
         stamp = self.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: stamp}}}}}
-        api = await self._api(kind)
-        after = await self.kube.call(
-            f"restart {label}",
-            getattr(api, f"patch_namespaced_{kind.method}"),
-            name,
-            namespace,
-            patch,
-            field_manager=FIELD_MANAGER,
-        )
+        after = await self._patch(f"restart {label}", kind, name, namespace, patch)
         ready, desired = workload_counts(after, kind.plural)
         strategy = text(after, "spec", "strategy", "type") or text(
             after, "spec", "updateStrategy", "type"
@@ -298,7 +314,7 @@ class Kubernetes:
     def restart_preview(self, kind_name: str, name: str, namespace: str) -> str:
         kind = KINDS[kind_name]
         return (
-            f"PATCH {kind.kind.lower()} {namespace}/{name}: set the pod template annotation "
+            f"PATCH {_label(kind, name, namespace)}: set the pod template annotation "
             f"{RESTARTED_AT} to the current time (what `kubectl rollout restart "
             f"{kind.kind.lower()}/{name} -n {namespace}` does); its pods are then replaced one "
             "by one by its update strategy"
@@ -307,14 +323,8 @@ class Kubernetes:
     async def scale(self, kind_name: str, name: str, namespace: str, replicas: int) -> str:
         kind = KINDS[kind_name]
         self.kube.namespaces.check(namespace)
-        label = f"{kind.kind.lower()} {namespace}/{name}"
-        api = await self._api(kind)
-        current = await self.kube.call(
-            f"read the scale of {label}",
-            getattr(api, f"read_namespaced_{kind.method}_scale"),
-            name,
-            namespace,
-        )
+        label = _label(kind, name, namespace)
+        current = await self._read_scale(kind, name, namespace)
         was, running = number(current, "spec", "replicas"), number(current, "status", "replicas")
         shown = self.seen.get((kind.plural, namespace, name))
         note = ""
@@ -322,14 +332,8 @@ class Kubernetes:
             note = f" (the approval card said {shown.desired}; it was {was} when the change ran)"
         if was == replicas:
             return f"{label} already wants {plural(replicas, 'replica')}; nothing changed{note}"
-        after = await self.kube.call(
-            f"scale {label}",
-            getattr(api, f"patch_namespaced_{kind.method}_scale"),
-            name,
-            namespace,
-            {"spec": {"replicas": replicas}},
-            field_manager=FIELD_MANAGER,
-        )
+        patch = {"spec": {"replicas": replicas}}
+        after = await self._patch(f"scale {label}", kind, name, namespace, patch, "scale")
         now_wanted = number(after, "spec", "replicas")
         self.seen[(kind.plural, namespace, name)] = Seen(now_wanted, running, self.clock())
         return (
@@ -344,24 +348,18 @@ class Kubernetes:
         kind = KINDS[kind_name]
         try:
             self.kube.namespaces.check(namespace)
-            api = await self._api(kind)
-            current = await self.kube.call(
-                f"read the scale of {kind.kind.lower()} {namespace}/{name}",
-                getattr(api, f"read_namespaced_{kind.method}_scale"),
-                name,
-                namespace,
-            )
+            current = await self._read_scale(kind, name, namespace)
         except ToolError:
             return self.scale_preview(kind_name, name, namespace, replicas)
         desired = number(current, "spec", "replicas")
         running = number(current, "status", "replicas")
         zero = "; to 0: every pod of it stops" if replicas == 0 else ""
-        label = f"{kind.kind.lower()} {namespace}/{name}"
+        label = _label(kind, name, namespace)
         return f"Scale {label}: {desired} → {replicas} replicas ({running} running now){zero}"
 
     def scale_preview(self, kind_name: str, name: str, namespace: str, replicas: int) -> str:
         kind = KINDS[kind_name]
-        label = f"{kind.kind.lower()} {namespace}/{name}"
+        label = _label(kind, name, namespace)
         seen = self.seen.get((kind.plural, namespace, name))
         zero = "; to 0: every pod of it stops" if replicas == 0 else ""
         if seen is None:
@@ -400,6 +398,11 @@ class Kubernetes:
             + (f"; it has {grace}s to shut down" if grace else "")
             + f". {after}"
         )
+
+
+def _label(kind: Kind, name: str, namespace: str) -> str:
+    """``deployment shop/web``: a namespaced object as answers and cards name it."""
+    return f"{kind.kind.lower()} {namespace}/{name}"
 
 
 def _pod_facts(pod: Obj, now: datetime) -> str:
