@@ -24,293 +24,39 @@ never read as the person's words. Only the turn since the last answer counts: a
 thread's earlier incidents do not. Both the OpenAI and the Anthropic message
 formats are read; tool results are the messages with role ``tool`` (or ``tool_result``
 blocks).
+
+What the conversation says (the turn, the tools' results, the note) is read by
+``bot.dev.demo_turn``; this module decides the next step and words the answers.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from bot.dev.demo_turn import (
+    HEALTH,
+    LOGS,
+    METRICS,
+    RESTART,
+    Health,
+    ReplyOrder,
+    Restart,
+    Turn,
+    asks_for,
+    first_line,
+    restart_intent,
+    timeline,
+)
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 
-HEALTH, METRICS, LOGS, RESTART = "web_health", "web_metrics", "web_logs", "web_restart"
-SLOW_MS = 1000.0  # a /health slower than this is degraded
+__all__ = ["DemoPolicy", "ReplyOrder", "Turn", "demo_policy", "restart_intent"]
+
 LOG_LINES = 40
 
 
-# -- reading the conversation ---------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One step of the conversation: a person's text, a tool call, its result, an answer."""
-
-    kind: Literal["user", "call", "result", "answer"]
-    text: str = ""
-    tool: str = ""
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [_text(b.get("text", b.get("content"))) for b in content if isinstance(b, dict)]
-        return "\n".join(p for p in parts if p)
-    return ""
-
-
-def timeline(messages: Sequence[dict[str, Any]]) -> list[Event]:
-    """The conversation as events, from OpenAI- or Anthropic-shaped messages."""
-    names: dict[str, str] = {}  # tool call id → tool name
-    events: list[Event] = []
-    for message in messages:
-        role, content = message.get("role"), message.get("content")
-        if role == "assistant":
-            calls = [
-                (c.get("id", ""), c.get("function", {}).get("name", ""))
-                for c in message.get("tool_calls") or []
-            ]
-            if isinstance(content, list):
-                calls += [
-                    (b.get("id", ""), b.get("name", ""))
-                    for b in content
-                    if isinstance(b, dict) and b.get("type") == "tool_use"
-                ]
-            for call_id, name in calls:
-                names[str(call_id)] = str(name)
-                events.append(Event("call", tool=str(name)))
-            if not calls:
-                events.append(Event("answer", _text(content)))
-        elif role == "tool":
-            name = names.get(str(message.get("tool_call_id")), "")
-            events.append(Event("result", _text(content), name))
-        elif role == "user" and isinstance(content, list):
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    name = names.get(str(block.get("tool_use_id")), "")
-                    events.append(Event("result", _text(block.get("content")), name))
-                elif isinstance(block, dict) and block.get("type") == "text":
-                    events.append(Event("user", str(block.get("text", ""))))
-        elif role == "user":
-            events.append(Event("user", _text(content)))
-    return events
-
-
-_NOTE = re.compile(r"\n\n\(opsloop: (?P<note>.*)\)\s*$", re.DOTALL)
-_CLOCK = re.compile(r"\d{2}:\d{2}:\d{2} UTC")
-_PERSON = re.compile(r"<@[A-Z0-9]+>|\bsomeone\b")
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyOrder:
-    """The runtime's note on when a person's message was sent, relative to a card's
-    wait and its decision (``bot.agent.reply_order``)."""
-
-    sent_at: str  # "16:01:02 UTC"
-    when: Literal["waiting", "before_ask", "after_decision"]
-    outcome: Literal["approved", "denied", "expired", "stopped"]
-    by: str | None  # "<@UBOB>", when a person decided
-    decided_at: str
-
-    @classmethod
-    def split(cls, text: str) -> tuple[str, ReplyOrder | None]:
-        """(the person's words, the note on their order if the runtime added one)."""
-        found = _NOTE.search(text)
-        if found is None:
-            return text, None
-        note = found["note"]
-        times = _CLOCK.findall(note)
-        outcome: Literal["approved", "denied", "expired", "stopped"] | None = next(
-            (o for o in ("approved", "denied", "expired", "stopped") if f" {o} " in note), None
-        )
-        if len(times) < 2 or outcome is None:
-            return text, None  # not a note this model can read: leave the text alone
-        if " while `" in note:
-            when: Literal["waiting", "before_ask", "after_decision"] = "waiting"
-        elif ", before `" in note:
-            when = "before_ask"
-        else:
-            when = "after_decision"
-        person = _PERSON.search(note)
-        by = person[0] if person and person[0] != "someone" else None
-        words = text[: found.start()]
-        return words, cls(times[0], when, outcome, by, times[-1])
-
-    @property
-    def decider(self) -> str:
-        return self.by or "someone"
-
-    def line(self) -> str:
-        """The true order in one sentence, for the answer."""
-        sent = f"**Your message** (sent at {self.sent_at})"
-        if self.outcome == "expired":
-            done = f"the approval expired at {self.decided_at}"
-        elif self.outcome == "stopped":
-            done = f"{self.decider} stopped the job at {self.decided_at}"
-        else:
-            done = f"{self.decider} {self.outcome} it at {self.decided_at}"
-        if self.when == "waiting":
-            return (
-                f"{sent} came in while the restart waited for approval; {done}, after your message."
-            )
-        if self.when == "before_ask":
-            return f"{sent} came in before I asked to restart web; I read it only after {done}."
-        return f"{sent} came in after {done}."
-
-
-_MENTION = re.compile(r"<[@#!][^>]*>")
-_NO_RESTART = re.compile(
-    r"\b(don'?t|do not|dont|not|never|without|hold off|stop|wait|avoid)\b[\w\s,']{0,30}?"
-    r"\brestart|\bno restarts?\b"
-)
-_RESTART = re.compile(r"\brestart\b|\bgo ahead\b|\bproceed\b")
-_ASKS = {
-    LOGS: re.compile(r"\blogs?\b"),
-    METRICS: re.compile(r"\bmetrics?\b"),
-    HEALTH: re.compile(r"\bhealth|\bcheck (it |web )?again\b"),
-}
-
-
-def _clean(text: str) -> str:
-    return _MENTION.sub(" ", text).replace("’", "'").lower()
-
-
-def restart_intent(text: str) -> Literal["hold", "go"] | None:
-    """What a person's message says about restarting: hold off, go ahead, or nothing."""
-    text = _clean(text)
-    if _NO_RESTART.search(text):
-        return "hold"
-    return "go" if _RESTART.search(text) else None
-
-
-def asks_for(text: str) -> list[str]:
-    """The read-only tools a person's message asks for, in a stable order."""
-    text = _clean(text)
-    return [tool for tool, pattern in _ASKS.items() if pattern.search(text)]
-
-
-@dataclass(frozen=True, slots=True)
-class Health:
-    status: int | None  # None: no answer at all
-    ms: float | None
-    text: str
-
-    @classmethod
-    def parse(cls, text: str) -> Health:
-        found = re.search(r"HTTP (\d{3})\b[^\n]*? in (\d+(?:\.\d+)?) ms", text)
-        if found is None:
-            return cls(None, None, text.strip())
-        return cls(int(found[1]), float(found[2]), text.strip())
-
-    @property
-    def ok(self) -> bool:
-        return self.status == 200 and self.ms is not None and self.ms < SLOW_MS
-
-    def describe(self) -> str:
-        if self.status is None:
-            return f"no answer ({_first_line(self.text)})"
-        return f"HTTP {self.status} in {self.ms:.0f} ms"
-
-
-def _first_line(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else "no output"
-    return line if len(line) <= 160 else line[:159] + "…"
-
-
-def parse_metrics(text: str) -> dict[str, Any] | None:
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        return None
-    try:
-        data = json.loads(text[start : end + 1])
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-@dataclass(frozen=True, slots=True)
-class Restart:
-    outcome: Literal["done", "declined", "failed"]
-    text: str
-    old_pid: str | None = None
-    new_pid: str | None = None
-    approver: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Restart:
-        if text.startswith("Error: declined:"):
-            return cls("declined", text.removeprefix("Error: declined:").strip())
-        moved = re.search(r"pid (\d+) → (\d+)", text) or re.search(r"started pid ()(\d+)", text)
-        if text.startswith("Error:") or moved is None:
-            return cls("failed", text.strip())
-        by = re.search(r"approved by ([^)\s]+)", text)
-        return cls("done", text.strip(), moved[1] or None, moved[2], by[1] if by else None)
-
-
-@dataclass(slots=True)
-class Turn:
-    """The current job: everything since the last answer."""
-
-    request: str = ""
-    pending: str | None = None  # a person's words after the model's last step
-    intent: Literal["hold", "go"] | None = None  # the latest word on restarting
-    health: list[tuple[int, Health]] = field(default_factory=list)
-    metrics: list[tuple[int, dict[str, Any] | None]] = field(default_factory=list)
-    logs: list[tuple[int, str]] = field(default_factory=list)
-    restart: tuple[int, Restart] | None = None
-    order: ReplyOrder | None = None  # the runtime's note on the latest such message
-
-    @classmethod
-    def read(cls, events: Sequence[Event]) -> Turn:
-        start = max((i + 1 for i, e in enumerate(events) if e.kind == "answer"), default=0)
-        turn = cls()
-        spoke = False  # the model has taken a step in this turn
-        words: list[str] = []
-        for i, event in enumerate(events[start:], start):
-            if event.kind == "user":
-                said, order = ReplyOrder.split(event.text)
-                words.append(said)
-                turn.intent = restart_intent(said) or turn.intent
-                turn.order = order or turn.order
-            elif event.kind == "call":
-                if not spoke:
-                    turn.request = "\n".join(words)
-                spoke, words = True, []
-            elif event.kind == "result":
-                turn._result(i, event)
-        if not spoke:
-            turn.request = "\n".join(words)
-        elif words:
-            turn.pending = "\n".join(words)
-        return turn
-
-    def _result(self, i: int, event: Event) -> None:
-        if event.tool == HEALTH:
-            self.health.append((i, Health.parse(event.text)))
-        elif event.tool == METRICS:
-            self.metrics.append((i, parse_metrics(event.text)))
-        elif event.tool == LOGS:
-            self.logs.append((i, event.text))
-        elif event.tool == RESTART:
-            self.restart = (i, Restart.parse(event.text))
-
-    def before_restart(self) -> tuple[Health | None, dict[str, Any] | None]:
-        cut = self.restart[0] if self.restart else 1 << 62
-        health = [h for i, h in self.health if i < cut]
-        metrics = [m for i, m in self.metrics if i < cut]
-        return (health[-1] if health else None), (metrics[-1] if metrics else None)
-
-    def after_restart(self) -> tuple[Health | None, dict[str, Any] | None]:
-        cut = self.restart[0] if self.restart else 1 << 62
-        health = [h for i, h in self.health if i > cut]
-        metrics = [m for i, m in self.metrics if i > cut]
-        return (health[-1] if health else None), (metrics[-1] if metrics else None)
-
-
-# -- deciding -------------------------------------------------------------------------
+# -- wording ----------------------------------------------------------------------------
 
 
 def _logs_call() -> ScriptedCall:
@@ -476,12 +222,7 @@ class DemoPolicy:
     @staticmethod
     def declined_lead(order: ReplyOrder) -> str:
         """The restart did not run; the person's message came before or after that."""
-        if order.outcome == "expired":
-            done = f"the approval expired at {order.decided_at}"
-        elif order.outcome == "stopped":
-            done = f"{order.decider} stopped the job at {order.decided_at}"
-        else:
-            done = f"{order.decider} {order.outcome} it at {order.decided_at}"
+        done = order.decision()
         if order.when == "after_decision":
             return f"Your message came in after {done}: web was not restarted."
         return (
@@ -545,7 +286,7 @@ class DemoPolicy:
         if restart.outcome == "failed":
             lines = [
                 "**The restart of web failed**, so nothing changed for the better:",
-                f"`{_first_line(restart.text)}`",
+                f"`{first_line(restart.text)}`",
                 "",
                 "Before it:",
             ]
