@@ -24,7 +24,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
 log = logging.getLogger(__name__)
@@ -110,29 +110,23 @@ class _Cached:
     until: float
 
 
+@dataclass(eq=False)
 class Names:
     """The process's names of people and channels (see the module docstring). Without
     ``lookup`` nothing is looked up: every mention is shown by its label or id."""
 
-    def __init__(
-        self,
-        lookup: Lookup | None = None,
-        *,
-        ttl_s: float = NAME_TTL_S,
-        failure_ttl_s: float = FAILURE_TTL_S,
-        timeout_s: float = LOOKUP_TIMEOUT_S,
-        max_lookups: int = MAX_LOOKUPS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._lookup = lookup
-        self._ttl = ttl_s
-        self._failure_ttl = failure_ttl_s
-        self._timeout = timeout_s
-        self._max = max_lookups
-        self._clock = clock
-        self._cache: dict[tuple[Kind, str], _Cached] = {}
-        self._inflight: dict[tuple[Kind, str], asyncio.Future[None]] = {}
-        self.lookups = 0  # Slack calls made (for tests and the log)
+    lookup: Lookup | None = None
+    _: KW_ONLY
+    ttl_s: float = NAME_TTL_S
+    failure_ttl_s: float = FAILURE_TTL_S
+    timeout_s: float = LOOKUP_TIMEOUT_S
+    max_lookups: int = MAX_LOOKUPS
+    clock: Callable[[], float] = time.monotonic
+    lookups: int = field(default=0, init=False)  # Slack calls made (for tests and the log)
+    _cache: dict[tuple[Kind, str], _Cached] = field(default_factory=dict, init=False, repr=False)
+    _inflight: dict[tuple[Kind, str], asyncio.Future[None]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     @classmethod
     def of(cls, client: Any, **options: Any) -> Names:
@@ -141,21 +135,21 @@ class Names:
 
     def _fresh(self, key: tuple[Kind, str]) -> _Cached | None:
         cached = self._cache.get(key)
-        if cached is not None and cached.until > self._clock():
+        if cached is not None and cached.until > self.clock():
             return cached
         return None
 
     async def prefetch(self, *texts: str) -> None:
         """Look up the people and channels ``texts`` mention that are not cached (at most
         ``max_lookups``, at once, each bounded); never raises."""
-        if self._lookup is None:
+        if self.lookup is None:
             return
         wanted: list[tuple[Kind, str]] = []
         for text in texts:
             for key in ids_in(text):
                 if key not in wanted and self._fresh(key) is None:
                     wanted.append(key)
-        waits = [self._start(key) for key in wanted[: self._max]]
+        waits = [self._start(key) for key in wanted[: self.max_lookups]]
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
 
@@ -169,24 +163,24 @@ class Names:
 
     async def _look_up(self, key: tuple[Kind, str]) -> None:
         kind, ident = key
-        assert self._lookup is not None
+        assert self.lookup is not None
         self.lookups += 1
         try:
-            async with asyncio.timeout(self._timeout):
-                name = await self._lookup(kind, ident)
+            async with asyncio.timeout(self.timeout_s):
+                name = await self.lookup(kind, ident)
         except Exception as exc:  # Slack refused, timed out, or is unreachable
             log.info("no name for %s %s (%s): showing the id", kind, ident, _why(exc))
             name = None
         if name is None:
-            self._cache[key] = _Cached(None, self._clock() + self._failure_ttl)
+            self._cache[key] = _Cached(None, self.clock() + self.failure_ttl_s)
         else:
-            self._cache[key] = _Cached(name, self._clock() + self._ttl)
+            self._cache[key] = _Cached(name, self.clock() + self.ttl_s)
 
     def known(self) -> tuple[dict[str, str], dict[str, str]]:
         """The names cached now: (people, channels)."""
         users: dict[str, str] = {}
         channels: dict[str, str] = {}
-        now = self._clock()
+        now = self.clock()
         for (kind, ident), cached in self._cache.items():
             if cached.name is not None and cached.until > now:
                 (users if kind == "user" else channels)[ident] = cached.name

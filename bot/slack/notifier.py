@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -127,27 +128,17 @@ class Reporter:
             log.warning("job %s: the ending was not shown in time", self.progress.record.id)
 
 
+@dataclass(kw_only=True, eq=False)
 class SlackNotifier:
     """``bot.turns.ports.Notifier`` over the Slack Web API."""
 
-    def __init__(
-        self,
-        *,
-        client: AsyncWebClient,
-        budget: UpdateBudget,
-        identity: BotIdentity,
-        approvers: Sequence[str],
-        metrics: Metrics,
-        approval_channel: str | None = None,  # cards of DM jobs (the assistant pane)
-        names: Names | None = None,  # people and channels by name in what jobs show
-    ) -> None:
-        self.approval_channel = approval_channel
-        self.names = names
-        self.client = client
-        self.budget = budget
-        self.identity = identity
-        self.approvers = approvers
-        self.metrics = metrics
+    client: AsyncWebClient
+    budget: UpdateBudget
+    identity: BotIdentity
+    approvers: Sequence[str]
+    metrics: Metrics
+    approval_channel: str | None = None  # cards of DM jobs (the assistant pane)
+    names: Names | None = None  # people and channels by name in what jobs show
 
     async def open_progress(self, record: JobRecord, *, taken_over: bool = False) -> Reporter:
         """The job's face in the thread, opened once this process holds its lease; a job
