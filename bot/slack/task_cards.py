@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Required, TypedDict
+from typing import Any, Literal, Required, TypedDict, Unpack
 
 from bot.slack.blockkit import cut
 
@@ -187,24 +187,18 @@ class Timeline:
         else:
             self.unsent.append(markdown_chunk(text))
 
-    def step(
-        self,
-        call_id: str,
-        *,
-        title: str | None = None,
-        status: TaskStatus,
-        details: str | None = None,
-        output: str | None = None,
-    ) -> Step:
+    def step(self, call_id: str, **change: Unpack[StepChange]) -> Step:
         """Add or update the step of ``call_id``; its newest state replaces an unsent one."""
         step = self.steps.get(call_id)
+        title = change.get("title")
         if step is None:
             step = Step(call_id, title or call_id)
             self.steps[call_id] = step
             self.items.append(step)
         elif title:
             step.title = title
-        step.status, step.details, step.output = status, details, output
+        step.status = change["status"]
+        step.details, step.output = change.get("details"), change.get("output")
         chunk = step.chunk()
         for i, old in enumerate(self.unsent):
             if old["type"] == "task_update" and old["id"] == chunk["id"]:
