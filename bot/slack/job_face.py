@@ -25,6 +25,13 @@ from bot.slack.updates import UpdateBudget
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 
+class StreamPlace(StreamOptions, total=True):
+    """A stream's thread with its options, as ``AnswerStream`` and ``JobStream`` take them."""
+
+    channel: str
+    thread_ts: str
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobFace:
     """One job's run as shown in its thread: where, through what, and with which options."""
@@ -46,6 +53,12 @@ class JobFace:
     def thread_ts(self) -> str:
         return self.record.thread_ts
 
-    def stream_options(self) -> StreamOptions:
-        """What the run's streams are made with: the pace, the clock, the names."""
-        return StreamOptions(pacing=self.pacing, clock=self.clock, names=self.names)
+    def stream_place(self) -> StreamPlace:
+        """Where the run's streams show and how: the thread, the pace, the clock, the names."""
+        return StreamPlace(
+            channel=self.channel,
+            thread_ts=self.thread_ts,
+            pacing=self.pacing,
+            clock=self.clock,
+            names=self.names,
+        )

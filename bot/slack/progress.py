@@ -246,12 +246,10 @@ class JobProgress:
             self._stream = AnswerStream(
                 face.client,
                 face.budget,
-                channel=face.channel,
-                thread_ts=face.thread_ts,
                 iteration=self.status.iteration,
                 recipient_user_id=face.record.requester,
                 recipient_team_id=face.team_id,
-                **face.stream_options(),
+                **face.stream_place(),
             )
             self.streams.append(self._stream)
         return self._stream

@@ -57,12 +57,10 @@ class RunSteps:
         self.stream = JobStream(
             face.client,
             face.budget,
-            channel=face.channel,
-            thread_ts=face.thread_ts,
             recipient_user_id=face.record.requester,
             recipient_team_id=face.team_id,
             display=self._display,
-            **face.stream_options(),
+            **face.stream_place(),
         )
         return self.stream
 
