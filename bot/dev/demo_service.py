@@ -23,347 +23,89 @@ people; ``start_service`` and ``stop_service`` are what ``opsloop dev`` calls. B
 any signal, the pid in the pidfile must be a ``bot.dev.demo_service serve`` process of the
 same STATE_DIR (``/proc/PID/cmdline``): a stale pidfile naming someone else's process is
 ignored.
+
+This module owns the service's processes (started, stopped and restarted: only ours, by
+pid) and its command line; the process itself (what it serves, how it degrades, its
+metrics) is ``bot.dev.demo_web``'s, whose names this module re-exports.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import logging.handlers
 import os
-import random
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bot.dev.demo_web import (
+    ARGSFILE,
+    ERRFILE,
+    HOST,
+    LOGFILE,
+    PIDFILE,
+    WebState,
+    read_pid,
+    serve,
+    summary_line,
+)
 from bot.errors import OpsloopError
 
-HOST = "127.0.0.1"
 MODULE = "bot.dev.demo_service"
-PIDFILE, ARGSFILE, LOGFILE, ERRFILE = "web.pid", "web.json", "web.log", "web.err"
 DEFAULT_HEALTHY_FOR_S = 20.0
 # A restarted process stays healthy at least this long, so the fix can be verified
 # (and seen on the page) even when the first one was told to degrade at once.
 RESTARTED_HEALTHY_FOR_S = 120.0
-
-DEGRADED_LATENCY_S = (1.5, 2.5)
-DEGRADED_ERROR_SHARE = 0.3
-BURN_SLICE_S, BURN_PERIOD_S = 0.006, 0.010  # busy 6 ms of every 10 ms: ~60 % of one core
-TRAFFIC_INTERVAL_S = 0.25  # the built-in client: 4 requests/s
-TRAFFIC_MAX_IN_FLIGHT = 8
-WINDOW_S = 60.0  # metrics are over the last minute
-SUMMARY_EVERY_S = 10.0
-SLOW_MS = 1000.0
-LOG_MAX_BYTES = 1 << 20
 
 START_TIMEOUT_S = 15.0  # for a new process to answer /health
 STOP_TIMEOUT_S = 5.0  # between SIGTERM and SIGKILL
 KILL_TIMEOUT_S = 2.0
 POLL_S = 0.05
 
-log = logging.getLogger("web")
+
+__all__ = [
+    "ARGSFILE",
+    "ERRFILE",
+    "HOST",
+    "LOGFILE",
+    "MODULE",
+    "PIDFILE",
+    "RESTARTED_HEALTHY_FOR_S",
+    "Restarted",
+    "ServiceError",
+    "WebState",
+    "alive",
+    "child_env",
+    "fetch_metrics",
+    "main",
+    "read_args",
+    "read_pid",
+    "restart",
+    "running_pid",
+    "serve",
+    "service_port",
+    "start_service",
+    "stop_service",
+    "summary_line",
+]
 
 
 class ServiceError(OpsloopError):
     """The demo service could not be started, stopped or reached."""
 
 
-# -- the service --------------------------------------------------------------------
-
-
-class WebState:
-    """What the service knows about itself: its age, its requests of the last minute."""
-
-    def __init__(self, *, port: int, healthy_for: float) -> None:
-        self.port = port
-        self.healthy_for = healthy_for
-        self.started = time.monotonic()
-        self.since = self.started  # when the current state began: metrics describe it
-        self.requests = 0
-        self.degraded = False  # set once, by ``_degrade``, after the log line saying so
-        self._samples: deque[tuple[float, float, bool]] = deque(maxlen=100_000)
-        self._cpu: deque[tuple[float, float]] = deque(maxlen=6)  # (wall, cpu) each second
-        self._lock = threading.Lock()
-        self._rng = random.Random()
-
-    @property
-    def uptime(self) -> float:
-        return time.monotonic() - self.started
-
-    def degrade(self) -> None:
-        """From now on: slow, failing requests and the CPU burn."""
-        with self._lock:
-            self.since = time.monotonic()
-        self.degraded = True
-
-    def fault(self) -> tuple[float, bool]:
-        """(seconds to stall, answer 500) for one request to ``/`` or ``/health``."""
-        if not self.degraded:
-            return 0.0, False
-        with self._lock:
-            return self._rng.uniform(*DEGRADED_LATENCY_S), self._rng.random() < DEGRADED_ERROR_SHARE
-
-    def record(self, latency_ms: float, ok: bool) -> None:
-        with self._lock:
-            self.requests += 1
-            self._samples.append((time.monotonic(), latency_ms, ok))
-
-    def sample_cpu(self) -> None:
-        with self._lock:
-            self._cpu.append((time.monotonic(), time.process_time()))
-
-    def window(self) -> tuple[float, list[tuple[float, float, bool]]]:
-        """(seconds, the requests finished in them): since the state began, at most a minute."""
-        now = time.monotonic()
-        with self._lock:
-            while self._samples and self._samples[0][0] < now - WINDOW_S:
-                self._samples.popleft()
-            since = max(self.since, now - WINDOW_S)
-            return now - since, [s for s in self._samples if s[0] >= since]
-
-    def cpu_percent(self) -> float:
-        with self._lock:
-            if len(self._cpu) < 2:
-                return 0.0
-            (wall0, cpu0), (wall1, cpu1) = self._cpu[0], self._cpu[-1]
-        return round(100 * (cpu1 - cpu0) / max(wall1 - wall0, 1e-6), 1)
-
-    def metrics(self) -> dict[str, Any]:
-        window_s, samples = self.window()
-        latencies = sorted(s[1] for s in samples)
-        errors = sum(1 for s in samples if not s[2])
-        some = bool(samples)
-        return {
-            "service": "web",
-            "pid": os.getpid(),
-            "port": self.port,
-            "state": "degraded" if self.degraded else "healthy",
-            "uptime_s": round(self.uptime, 1),
-            "window_s": round(window_s, 1),
-            "requests": self.requests,
-            "requests_last_min": len(samples),
-            "errors_last_min": errors,
-            "error_rate": round(errors / len(samples), 3) if some else None,
-            "p50_ms": round(_percentile(latencies, 0.50), 1) if some else None,
-            "p95_ms": round(_percentile(latencies, 0.95), 1) if some else None,
-            "cpu_burn": "on" if self.degraded else "off",
-            "cpu_percent": self.cpu_percent(),
-        }
-
-
-def _ms(value: Any) -> str:
-    if not isinstance(value, int | float):
-        return "—"
-    return "<1 ms" if value < 1 else f"{value:.0f} ms"
-
-
-def summary_line(m: dict[str, Any]) -> str:
-    """The metrics in one line, as people read them (the ``metrics`` command's first)."""
-    window = f"the last {max(1.0, float(m.get('window_s') or 0)):.0f} s"
-    head = f"web is {m.get('state', 'unknown')}: "
-    rate = m.get("error_rate")
-    if not m.get("requests_last_min") or not isinstance(rate, int | float):
-        body = f"no request finished in {window}"
-    else:
-        body = (
-            f"{rate * 100:.0f}% of {m['requests_last_min']} requests failed in {window}, "
-            f"p50 {_ms(m.get('p50_ms'))}, p95 {_ms(m.get('p95_ms'))}"
-        )
-    cpu, up = float(m.get("cpu_percent") or 0), float(m.get("uptime_s") or 0)
-    return (
-        f"{head}{body}; CPU {cpu:.0f}% (burn {m.get('cpu_burn', '?')}), "
-        f"pid {m.get('pid', '?')}, up {up:.0f} s"
-    )
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-class WebServer(ThreadingHTTPServer):
-    daemon_threads = True  # a stalled request does not hold up the exit
-
-    def __init__(self, port: int, healthy_for: float) -> None:
-        super().__init__((HOST, port), Handler)
-        self.web = WebState(port=int(self.server_address[1]), healthy_for=healthy_for)
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: WebServer
-    server_version = "web/1.0"
-
-    def do_GET(self) -> None:
-        web = self.server.web
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._send(200, json.dumps(web.metrics()), "application/json")
-            return
-        if path not in ("/", "/health"):
-            self._send(404, "not found\n")
-            return
-        started = time.perf_counter()
-        stall, fail = web.fault()
-        if stall:
-            time.sleep(stall)
-        if fail:
-            body = "error: reindex job holds every worker (timed out waiting for a worker)\n"
-        else:
-            body = "ok\n" if path == "/health" else "web: hello from the opsloop demo service\n"
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        web.record(elapsed_ms, not fail)
-        if fail:
-            log.error("GET %s 500 in %.0f ms: timed out waiting for a worker", path, elapsed_ms)
-        elif elapsed_ms > SLOW_MS:
-            log.warning("GET %s 200 in %.0f ms (slow)", path, elapsed_ms)
-        self._send(500 if fail else 200, body)
-
-    def _send(self, status: int, body: str, content_type: str = "text/plain") -> None:
-        data = body.encode()
-        try:
-            self.send_response(status)
-            self.send_header("content-type", f"{content_type}; charset=utf-8")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except OSError:
-            pass  # the client gave up waiting
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # requests worth a line are logged by do_GET
-
-
-def _burn(web: WebState, stop: threading.Event) -> None:
-    """While degraded, keep one core about 60 % busy, in slices (never more)."""
-    while not stop.is_set():
-        if not web.degraded:
-            stop.wait(0.2)
-            continue
-        until = time.perf_counter() + BURN_SLICE_S
-        while time.perf_counter() < until:
-            pass
-        stop.wait(BURN_PERIOD_S - BURN_SLICE_S)
-
-
-def _traffic(web: WebState, stop: threading.Event) -> None:
-    """The built-in client: a few requests a second to ``/``, a bounded number in flight."""
-    slots = threading.BoundedSemaphore(TRAFFIC_MAX_IN_FLIGHT)
-    url = f"http://{HOST}:{web.port}/"
-
-    def one() -> None:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                response.read()
-        except (OSError, urllib.error.URLError):
-            pass  # a 500 or a timeout: the server has recorded it already
-        finally:
-            slots.release()
-
-    while not stop.wait(TRAFFIC_INTERVAL_S):
-        if slots.acquire(blocking=False):
-            threading.Thread(target=one, name="traffic", daemon=True).start()
-
-
-def _degrade(web: WebState, stop: threading.Event) -> None:
-    """At ``healthy_for`` seconds of uptime: say so in the log, then degrade."""
-    if stop.wait(max(0.0, web.healthy_for - web.uptime)):
-        return
-    lo, hi = DEGRADED_LATENCY_S
-    log.warning(
-        "background job 'reindex' is stuck in a busy loop after %.0f s of uptime "
-        "(demo fault): requests now take %.1f-%.1f s, about %d%% fail, CPU burn on",
-        web.uptime,
-        lo,
-        hi,
-        DEGRADED_ERROR_SHARE * 100,
-    )
-    web.degrade()
-
-
-def _ticker(web: WebState, stop: threading.Event) -> None:
-    """CPU samples every second, a summary of the last minute every 10 s."""
-    last_summary = time.monotonic()
-    while not stop.wait(1.0):
-        web.sample_cpu()
-        if time.monotonic() - last_summary >= SUMMARY_EVERY_S:
-            last_summary = time.monotonic()
-            m = web.metrics()
-            log.info("%s", summary_line(m))
-
-
-def serve(*, port: int, state_dir: Path, healthy_for: float) -> int:
-    """Run the service until SIGTERM/SIGINT; 1 if the port cannot be bound."""
-    state_dir = state_dir.resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
-    handler = logging.handlers.RotatingFileHandler(
-        state_dir / LOGFILE, maxBytes=LOG_MAX_BYTES, backupCount=1, encoding="utf-8"
-    )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    try:
-        server = WebServer(port, healthy_for)
-    except OSError as exc:
-        log.error("cannot listen on %s:%d: %s", HOST, port, exc.strerror)
-        print(f"web: cannot listen on {HOST}:{port}: {exc.strerror}", file=sys.stderr)
-        return 1
-    web = server.web
-    _write_atomic(state_dir / ARGSFILE, json.dumps({"port": web.port, "healthy_for": healthy_for}))
-    _write_atomic(state_dir / PIDFILE, f"{os.getpid()}\n")
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("%s received, stopping", signal.Signals(signum).name)
-        # shutdown() waits for serve_forever, which runs in this (the main) thread.
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    stop = threading.Event()
-    for target in (_degrade, _burn, _traffic, _ticker):
-        threading.Thread(target=target, args=(web, stop), name=target.__name__, daemon=True).start()
-    log.info("started: pid %d on %s:%d, healthy for %g s", os.getpid(), HOST, web.port, healthy_for)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    finally:
-        stop.set()
-        server.server_close()
-        if read_pid(state_dir) == os.getpid():
-            (state_dir / PIDFILE).unlink(missing_ok=True)
-        log.info("stopped: pid %d", os.getpid())
-    return 0
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # -- processes: only ours, by pid ---------------------------------------------------
 
 # Processes this process started (pid → its state folder and Popen), reaped when they end.
 _children: dict[int, tuple[Path, subprocess.Popen[bytes]]] = {}
-
-
-def read_pid(state_dir: Path) -> int | None:
-    try:
-        text = (state_dir / PIDFILE).read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def read_args(state_dir: Path) -> dict[str, Any]:
