@@ -14,10 +14,10 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
@@ -50,15 +50,32 @@ def _secret_values(settings: BaseSettings) -> list[str]:
     return found
 
 
-class LLMSettings(BaseSettings):
-    """The model endpoint(s): ``LLM_*``, fallback endpoints, context and output sizes."""
+def _empty_is_unset(value: object) -> object:
+    return None if value == "" else value
+
+
+# Optional values for which an empty variable (``X=``) counts as not set.
+MaybeStr = Annotated[str | None, BeforeValidator(_empty_is_unset)]
+MaybeInt = Annotated[int | None, BeforeValidator(_empty_is_unset)]
+MaybeFloat = Annotated[float | None, BeforeValidator(_empty_is_unset)]
+
+
+class _Group(BaseSettings):
+    """What every group shares: the exact variable names, unknown ones ignored."""
 
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
 
+    def secret_values(self) -> list[str]:
+        return _secret_values(self)
+
+
+class LLMSettings(_Group):
+    """The model endpoint(s): ``LLM_*``, fallback endpoints, context and output sizes."""
+
     provider: Literal["openai", "anthropic"] = Field("openai", alias="LLM_PROVIDER")
-    base_url: str | None = Field(None, alias="LLM_BASE_URL")
-    api_key: str | None = Field(None, alias="LLM_API_KEY", repr=False)
-    model: str | None = Field(None, alias="LLM_MODEL")
+    base_url: MaybeStr = Field(None, alias="LLM_BASE_URL")
+    api_key: MaybeStr = Field(None, alias="LLM_API_KEY", repr=False)
+    model: MaybeStr = Field(None, alias="LLM_MODEL")
     fallback_models: str = Field("", alias="LLM_FALLBACK_MODELS")
     openai_base_url: str = Field(OPENAI_BASE_URL, alias="OPENAI_BASE_URL")
     openai_api_key: str | None = Field(None, alias="OPENAI_API_KEY", repr=False)
@@ -79,14 +96,6 @@ class LLMSettings(BaseSettings):
     # that cannot stream.
     stream: bool = Field(True, alias="LLM_STREAM")
 
-    @field_validator("base_url", "model", "api_key", mode="before")
-    @classmethod
-    def _empty_is_unset(cls, value: object) -> object:
-        return None if value == "" else value
-
-    def secret_values(self) -> list[str]:
-        return _secret_values(self)
-
     @property
     def effective_base_url(self) -> str:
         if self.base_url:
@@ -98,34 +107,19 @@ class LLMSettings(BaseSettings):
         return int(self.context_tokens * self.condense_at)
 
 
-class ToolSettings(BaseSettings):
+class ToolSettings(_Group):
     """Which tools exist: tools.yml, built-in packs, and the limits of the packs."""
 
-    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
-
-    tools_file: str | None = Field(None, alias="OPSLOOP_TOOLS")
+    tools_file: MaybeStr = Field(None, alias="OPSLOOP_TOOLS")
     packs: str = Field("", alias="OPSLOOP_PACKS")
     http_allow: str = Field("", alias="OPSLOOP_HTTP_ALLOW")
     log_dirs: str = Field("", alias="OPSLOOP_LOG_DIRS")
-    prometheus_url: str | None = Field(None, alias="PROMETHEUS_URL")
-    alertmanager_url: str | None = Field(None, alias="ALERTMANAGER_URL")
-    supervisor_url: str | None = Field(None, alias="SUPERVISOR_URL")
-    k8s_context: str | None = Field(None, alias="OPSLOOP_K8S_CONTEXT")
+    prometheus_url: MaybeStr = Field(None, alias="PROMETHEUS_URL")
+    alertmanager_url: MaybeStr = Field(None, alias="ALERTMANAGER_URL")
+    supervisor_url: MaybeStr = Field(None, alias="SUPERVISOR_URL")
+    k8s_context: MaybeStr = Field(None, alias="OPSLOOP_K8S_CONTEXT")
     k8s_namespaces: str = Field("", alias="OPSLOOP_K8S_NAMESPACES")
-    postgres_url: str | None = Field(None, alias="POSTGRES_URL")
-
-    @field_validator(
-        "tools_file",
-        "prometheus_url",
-        "alertmanager_url",
-        "supervisor_url",
-        "k8s_context",
-        "postgres_url",
-        mode="before",
-    )
-    @classmethod
-    def _empty_is_unset(cls, value: object) -> object:
-        return None if value == "" else value
+    postgres_url: MaybeStr = Field(None, alias="POSTGRES_URL")
 
     def secret_values(self) -> list[str]:
         """The passwords in the packs' backend URLs and POSTGRES_URL (URL or keyword form)."""
@@ -255,24 +249,22 @@ DEFAULT_AUDIT_RETENTION_DAYS = 400
 DEFAULT_JOBS_PER_USER_HOUR = 30
 
 
-class BotSettings(BaseSettings):
+class BotSettings(_Group):
     """Slack, Redis, job limits and the HTTP listener (DESIGN's configuration table)."""
 
-    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
-
-    slack_bot_token: str | None = Field(None, alias="SLACK_BOT_TOKEN", repr=False)
-    slack_signing_secret: str | None = Field(None, alias="SLACK_SIGNING_SECRET", repr=False)
-    slack_app_token: str | None = Field(None, alias="SLACK_APP_TOKEN", repr=False)
+    slack_bot_token: MaybeStr = Field(None, alias="SLACK_BOT_TOKEN", repr=False)
+    slack_signing_secret: MaybeStr = Field(None, alias="SLACK_SIGNING_SECRET", repr=False)
+    slack_app_token: MaybeStr = Field(None, alias="SLACK_APP_TOKEN", repr=False)
     slack_api_url: str = Field(DEFAULT_SLACK_API_URL, alias="SLACK_API_URL")
-    redis_url: str | None = Field(None, alias="REDIS_URL", repr=False)
+    redis_url: MaybeStr = Field(None, alias="REDIS_URL", repr=False)
     redis_prefix: str = Field("opsloop:", alias="OPSLOOP_REDIS_PREFIX", min_length=1)
     redis_mode: Literal["standalone", "cluster", "sentinel"] = Field(
         "standalone", alias="OPSLOOP_REDIS_MODE"
     )
     redis_sentinels: str = Field("", alias="REDIS_SENTINELS")  # host:port,host:port
-    redis_sentinel_master: str | None = Field(None, alias="REDIS_SENTINEL_MASTER")
+    redis_sentinel_master: MaybeStr = Field(None, alias="REDIS_SENTINEL_MASTER")
     redis_min_replicas: int = Field(0, alias="OPSLOOP_REDIS_MIN_REPLICAS", ge=0, le=16)
-    max_running_jobs: int | None = Field(None, alias="OPSLOOP_MAX_RUNNING_JOBS", gt=0)
+    max_running_jobs: MaybeInt = Field(None, alias="OPSLOOP_MAX_RUNNING_JOBS", gt=0)
     approvers: str = Field("", alias="OPSLOOP_APPROVERS")
     allowed_bots: str = Field("", alias="OPSLOOP_ALLOWED_BOTS")
     max_iterations: int = Field(DEFAULT_MAX_ITERATIONS, alias="OPSLOOP_MAX_ITERATIONS", gt=0)
@@ -283,47 +275,28 @@ class BotSettings(BaseSettings):
     approval_remind_s: float = Field(
         DEFAULT_APPROVAL_REMIND_S, alias="OPSLOOP_APPROVAL_REMIND_S", ge=0
     )
-    system_prompt_file: str | None = Field(None, alias="OPSLOOP_SYSTEM_PROMPT")
+    system_prompt_file: MaybeStr = Field(None, alias="OPSLOOP_SYSTEM_PROMPT")
     task_display: Literal["timeline", "plan", "off"] = Field(
         "timeline", alias="OPSLOOP_TASK_DISPLAY"
     )
     suggested_prompts: str = Field(DEFAULT_SUGGESTED_PROMPTS, alias="OPSLOOP_SUGGESTED_PROMPTS")
-    approval_channel: str | None = Field(
+    approval_channel: MaybeStr = Field(
         None, alias="OPSLOOP_APPROVAL_CHANNEL", pattern=r"^[CG][A-Z0-9]{1,20}$"
     )
     audit_retention_days: int = Field(
         DEFAULT_AUDIT_RETENTION_DAYS, alias="OPSLOOP_AUDIT_RETENTION_DAYS", gt=0, le=36500
     )
-    audit_channel: str | None = Field(
+    audit_channel: MaybeStr = Field(
         None, alias="OPSLOOP_AUDIT_CHANNEL", pattern=r"^[CG][A-Z0-9]{1,20}$"
     )
-    daily_token_budget: int | None = Field(None, alias="OPSLOOP_DAILY_TOKEN_BUDGET", gt=0)
-    daily_cost_usd: float | None = Field(None, alias="OPSLOOP_DAILY_COST_USD", gt=0)
+    daily_token_budget: MaybeInt = Field(None, alias="OPSLOOP_DAILY_TOKEN_BUDGET", gt=0)
+    daily_cost_usd: MaybeFloat = Field(None, alias="OPSLOOP_DAILY_COST_USD", gt=0)
     jobs_per_user_hour: int = Field(
         DEFAULT_JOBS_PER_USER_HOUR, alias="OPSLOOP_JOBS_PER_USER_HOUR", ge=0
     )  # 0: no per-person rate
-    prices_file: str | None = Field(None, alias="OPSLOOP_PRICES")
+    prices_file: MaybeStr = Field(None, alias="OPSLOOP_PRICES")
     host: str = Field("0.0.0.0", alias="HOST")
     port: int = Field(DEFAULT_PORT, alias="PORT", gt=0, lt=65536)
-
-    @field_validator(
-        "redis_sentinel_master",
-        "max_running_jobs",
-        "audit_channel",
-        "daily_token_budget",
-        "daily_cost_usd",
-        "prices_file",
-        "slack_bot_token",
-        "slack_signing_secret",
-        "slack_app_token",
-        "redis_url",
-        "system_prompt_file",
-        "approval_channel",
-        mode="before",
-    )
-    @classmethod
-    def _empty_is_unset(cls, value: object) -> object:
-        return None if value == "" else value
 
     @field_validator("redis_url")
     @classmethod
@@ -364,9 +337,6 @@ class BotSettings(BaseSettings):
         # path segment is dropped.
         return value if value.endswith("/") else value + "/"
 
-    def secret_values(self) -> list[str]:
-        return _secret_values(self)
-
     @property
     def approver_ids(self) -> list[str]:
         return [a.strip() for a in self.approvers.split(",") if a.strip()]
@@ -399,13 +369,11 @@ def load_bot_settings() -> BotSettings:
         raise ConfigError(_first_error(exc)) from None
 
 
-class OtelSettings(BaseSettings):
+class OtelSettings(_Group):
     """Whether jobs are traced with OpenTelemetry (docs/operations.md, "OpenTelemetry
     traces"). The SDK reads the rest of the standard ``OTEL_*`` variables itself (headers,
     service name, resource attributes, sampler, batch queue); these are the ones that switch
     it on."""
-
-    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
 
     endpoint: str | None = Field(None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")
     traces_endpoint: str | None = Field(None, alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
