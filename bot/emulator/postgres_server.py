@@ -149,9 +149,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _as_server_user() -> list[str]:
-    """The argv prefix that runs a server binary as a user it accepts."""
-    return ["runuser", "-u", SUPERUSER, "--"] if os.geteuid() == 0 else []
+def _server_argv(binary: str, *args: str) -> list[str]:
+    """The argv of a server binary (``initdb``, ``postgres``, …), run as a user it accepts:
+    as root, the superuser's."""
+    as_user = ["runuser", "-u", SUPERUSER, "--"] if os.geteuid() == 0 else []
+    return [*as_user, str(BIN / binary), *args]
 
 
 def _run(argv: Sequence[str], *, env: dict[str, str] | None = None, what: str) -> str:
@@ -212,9 +214,8 @@ class ManagedPostgres:
 
     def init(self) -> None:
         _run(
-            [
-                *_as_server_user(),
-                str(BIN / "initdb"),
+            _server_argv(
+                "initdb",
                 "-D",
                 str(self.data),
                 "-U",
@@ -225,7 +226,7 @@ class ManagedPostgres:
                 "UTF8",
                 "--locale=C",
                 "--no-sync",
-            ],
+            ),
             what="initdb",
         )
         conf = self.data / "postgresql.conf"
@@ -237,16 +238,9 @@ class ManagedPostgres:
         self._log = self.log_path.open("ab")
         if os.geteuid() == 0:
             os.chown(self.log_path, *_ids())
-        argv = [
-            *_as_server_user(),
-            str(BIN / "postgres"),
-            "-D",
-            str(self.data),
-            "-p",
-            str(self.port),
-            "-k",
-            str(self.socket_dir),
-        ]
+        argv = _server_argv(
+            "postgres", "-D", str(self.data), "-p", str(self.port), "-k", str(self.socket_dir)
+        )
         # Its own session: a test's Ctrl-C does not reach it before stop() runs.
         self._proc = subprocess.Popen(
             argv,
@@ -260,18 +254,7 @@ class ManagedPostgres:
             if self._proc.poll() is not None:
                 raise PostgresStartError(f"postgres {self.name} exited:\n{self.log_tail()}")
             ready = subprocess.run(
-                [
-                    str(BIN / "pg_isready"),
-                    "-q",
-                    "-h",
-                    str(self.socket_dir),
-                    "-p",
-                    str(self.port),
-                    "-U",
-                    SUPERUSER,
-                ],
-                timeout=10,
-                check=False,
+                [str(BIN / "pg_isready"), "-q", *self._as_superuser()], timeout=10, check=False
             )
             if ready.returncode == 0:
                 return self
@@ -322,25 +305,7 @@ class ManagedPostgres:
     def psql(self, sql: str, *, database: str = "postgres") -> str:
         """Run SQL as the superuser over the socket; stdout (unaligned, tuples only)."""
         return _run(
-            [
-                str(BIN / "psql"),
-                "-X",
-                "-q",
-                "-A",
-                "-t",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-h",
-                str(self.socket_dir),
-                "-p",
-                str(self.port),
-                "-U",
-                SUPERUSER,
-                "-d",
-                database,
-            ]
-            + ["-c", sql],
-            what=f"psql on {self.name}",
+            [*self._psql_argv(database, "-A", "-t"), "-c", sql], what=f"psql on {self.name}"
         )
 
     def deadlock(self, *, database: str) -> None:
@@ -369,46 +334,19 @@ class ManagedPostgres:
         if b"deadlock detected" not in errors:
             raise PostgresStartError(f"no deadlock happened: {errors.decode()[-500:]}")
 
-    def _psql_argv(self, database: str) -> list[str]:
-        return [
-            str(BIN / "psql"),
-            "-X",
-            "-q",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-h",
-            str(self.socket_dir),
-            "-p",
-            str(self.port),
-            "-U",
-            SUPERUSER,
-            "-d",
-            database,
-        ]
+    def _as_superuser(self) -> list[str]:
+        """A client's options to reach this cluster as the superuser: socket and port."""
+        return ["-h", str(self.socket_dir), "-p", str(self.port), "-U", SUPERUSER]
+
+    def _psql_argv(self, database: str, *options: str) -> list[str]:
+        """``psql`` on ``database`` as the superuser, stopping at the first error."""
+        quiet = [str(BIN / "psql"), "-X", "-q", *options, "-v", "ON_ERROR_STOP=1"]
+        return [*quiet, *self._as_superuser(), "-d", database]
 
     def psql_file(self, sql: str, *, database: str) -> None:
         script = self.root / f"setup-{database}.sql"
         script.write_text(sql)
-        _run(
-            [
-                str(BIN / "psql"),
-                "-X",
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-h",
-                str(self.socket_dir),
-                "-p",
-                str(self.port),
-                "-U",
-                SUPERUSER,
-                "-d",
-                database,
-                "-f",
-                str(script),
-            ],
-            what=f"setup of {database}",
-        )
+        _run([*self._psql_argv(database), "-f", str(script)], what=f"setup of {database}")
 
 
 def _ids() -> tuple[int, int]:
@@ -470,9 +408,8 @@ def start_cluster(*, prefix: str = "opsloop-pg-") -> PgCluster:
         primary.deadlock(database="shop")
         conninfo = f"host=127.0.0.1 port={primary.port} user=replicator application_name=replica1"
         _run(
-            [
-                *_as_server_user(),
-                str(BIN / "pg_basebackup"),
+            _server_argv(
+                "pg_basebackup",
                 "-D",
                 str(standby.data),
                 "-d",
@@ -486,7 +423,7 @@ def start_cluster(*, prefix: str = "opsloop-pg-") -> PgCluster:
                 "-S",
                 "replica1",
                 "--no-sync",
-            ],
+            ),
             env={"PGPASSWORD": PASSWORDS["replicator"]},
             what="pg_basebackup",
         )
