@@ -26,12 +26,12 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from bot.agent.tools import CallContext, Category, Tool
+from bot.agent.tools import CallContext, Tool
 from bot.errors import ConfigError, ToolError
 from tools.base import PythonTool, tool
 from tools.packs import Pack, PackConfig
@@ -137,49 +137,23 @@ Lines = Annotated[int, Field(ge=1, le=MAX_LOG_LINES)]
 Replicas = Annotated[int, Field(ge=0, le=MAX_REPLICAS)]
 
 
-@dataclass(frozen=True, slots=True)
-class PreviewedTool:
+Card = Callable[[BaseModel], str | None | Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreviewedTool(PythonTool[Any, Any]):
     """A Python tool that can say, for its approval card, what a call will change."""
 
-    inner: PythonTool[Any, Any]
-    render: Callable[[BaseModel], str | None | Awaitable[str | None]]
+    card: Card
 
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def description(self) -> str:
-        return self.inner.description
-
-    @property
-    def category(self) -> Category:
-        return self.inner.category
-
-    @property
-    def parallel(self) -> bool:
-        return self.inner.parallel
-
-    @property
-    def timeout(self) -> float:
-        return self.inner.timeout
-
-    @property
-    def output_bound(self) -> int:
-        return self.inner.output_bound
-
-    @property
-    def args_model(self) -> type[BaseModel]:
-        return self.inner.args_model
-
-    async def execute(self, args: BaseModel, ctx: CallContext) -> str | bytes:
-        return await self.inner.execute(args, ctx)
+    @classmethod
+    def of(cls, python_tool: PythonTool[Any, Any], card: Card) -> PreviewedTool:
+        """``python_tool`` with ``card`` as its preview."""
+        made = {f.name: getattr(python_tool, f.name) for f in fields(python_tool)}
+        return cls(**made, card=card)
 
     def preview(self, args: BaseModel, ctx: CallContext) -> str | None | Awaitable[str | None]:
-        return self.render(args)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
-        return self.inner(*args, **kwargs)
+        return self.card(args)
 
 
 def kubernetes_tools(k8s: Kubernetes) -> list[Tool]:
@@ -302,7 +276,7 @@ def kubernetes_tools(k8s: Kubernetes) -> list[Tool]:
         k8s_describe,
         k8s_logs,
         k8s_events,
-        PreviewedTool(k8s_rollout_restart, restart_card),
-        PreviewedTool(k8s_scale, scale_card),
+        PreviewedTool.of(k8s_rollout_restart, restart_card),
+        PreviewedTool.of(k8s_scale, scale_card),
         k8s_delete_pod,
     ]
