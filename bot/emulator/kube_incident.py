@@ -127,7 +127,6 @@ def _api_crash_looping(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -
             }
         },
     )
-    ips["node-a"] += 1
     c.add(
         "pods",
         pod(
@@ -139,7 +138,7 @@ def _api_crash_looping(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -
             image=API_IMAGE,
             labels={"app": "api", "pod-template-hash": rs.rsplit("-", 1)[1]},
             owner=("ReplicaSet", rs),
-            ip=f"10.244.0.{ips['node-a']}",
+            ip=_next_ip(ips, "node-a"),
             status=status,
             ready=False,
         ),
@@ -279,7 +278,6 @@ def _checkout_stuck(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -> s
         rs="checkout-5c7d8e9f1",
     )
     pull = "checkout-6b8f9d7c4-m4x9z"
-    ips["node-b"] += 1
     waiting = running_status("app", CHECKOUT_NEXT_IMAGE, now, restarts=0)
     waiting.update(
         ready=False,
@@ -302,7 +300,7 @@ def _checkout_stuck(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -> s
             image=CHECKOUT_NEXT_IMAGE,
             labels={"app": "checkout", "pod-template-hash": "6b8f9d7c4"},
             owner=("ReplicaSet", "checkout-6b8f9d7c4"),
-            ip=f"10.244.1.{ips['node-b']}",
+            ip=_next_ip(ips, "node-b"),
             status=waiting,
             phase="Pending",
             ready=False,
@@ -335,7 +333,6 @@ def _postgres(c: Cluster, now: datetime, ips: dict[str, int]) -> None:
             },
         ),
     )
-    ips["node-b"] += 1
     c.add(
         "pods",
         pod(
@@ -347,7 +344,7 @@ def _postgres(c: Cluster, now: datetime, ips: dict[str, int]) -> None:
             image=image,
             labels={"app": "postgres"},
             owner=("StatefulSet", "postgres"),
-            ip=f"10.244.1.{ips['node-b']}",
+            ip=_next_ip(ips, "node-b"),
             container_name="postgres",
         ),
     )
@@ -377,7 +374,6 @@ def _log_shipper(c: Cluster, now: datetime, ips: dict[str, int]) -> None:
         ),
     )
     for where in NODES:
-        ips[where] += 1
         c.add(
             "pods",
             pod(
@@ -389,7 +385,7 @@ def _log_shipper(c: Cluster, now: datetime, ips: dict[str, int]) -> None:
                 image=image,
                 labels={"app": "log-shipper"},
                 owner=("DaemonSet", "log-shipper"),
-                ip=f"10.244.{NODES.index(where)}.{ips[where]}",
+                ip=_next_ip(ips, where),
                 container_name="fluent-bit",
             ),
         )
@@ -480,6 +476,12 @@ def _services(c: Cluster, now: datetime) -> None:
         c.add("services", made)
 
 
+def _next_ip(ips: dict[str, int], node_name: str) -> str:
+    """The next pod IP on ``node_name`` (each node has its own /24 of 10.244.0.0/16)."""
+    ips[node_name] += 1
+    return f"10.244.{NODES.index(node_name)}.{ips[node_name]}"
+
+
 def _healthy(
     cluster: Cluster,
     namespace: str,
@@ -497,7 +499,6 @@ def _healthy(
     names = []
     for i in range(count):
         where = nodes[i % len(nodes)]
-        ips[where] += 1
         pod_name = f"{rs}-{suffix(f'{rs}/{i}')}"
         cluster.add(
             "pods",
@@ -510,7 +511,7 @@ def _healthy(
                 image=image,
                 labels={"app": name, "pod-template-hash": rs.rsplit("-", 1)[1]},
                 owner=("ReplicaSet", rs),
-                ip=f"10.244.{NODES.index(where)}.{ips[where]}",
+                ip=_next_ip(ips, where),
             ),
         )
         names.append(pod_name)
