@@ -46,6 +46,7 @@ from tools.http_client import (
     decode_body,
     host_port,
     peer_ssl_object,
+    read_bounded,
 )
 from tools.http_client import make_client as make_client
 from tools.netpolicy import AddressPolicy, Target
@@ -296,7 +297,9 @@ class HttpFetcher(PolicyClient):
             content, truncated = (b"", False)
             if request.method != "HEAD":
                 try:
-                    content, truncated = await self._read(response)
+                    content, truncated = await read_bounded(
+                        response.aiter_bytes(), self.max_body_bytes
+                    )
                 except httpx.HTTPError as exc:
                     raise _failure(exc, request.method, target.url, time_limit) from None
             return Fetched(
@@ -316,19 +319,6 @@ class HttpFetcher(PolicyClient):
             return await self.follow(url, send=send, answer=answer)
         except RedirectStopped as stop:
             raise ToolError(_stopped_message(stop, url, self.max_redirects)) from None
-
-    async def _read(self, response: httpx.Response) -> tuple[bytes, bool]:
-        """At most ``max_body_bytes``; stops reading (and drops the connection) past it."""
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            room = self.max_body_bytes - size
-            if len(chunk) > room:
-                chunks.append(chunk[:room])
-                return b"".join(chunks), True
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks), False
 
 
 def _stopped_message(stop: RedirectStopped, url: str, max_redirects: int) -> str:

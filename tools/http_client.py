@@ -8,7 +8,8 @@
   sent, a ``Location`` is resolved against the URL that sent it, and the chain is
   bounded; a redirect that is not followed ends it with ``RedirectStopped``, which the
   fetcher turns into an error and the checker into a report.
-- ``decode_body`` and ``peer_ssl_object``: what both read from an answer.
+- ``read_bounded``, ``decode_body`` and ``peer_ssl_object``: reading an answer (the
+  first also for the packs' own clients).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import codecs
 import email.message
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -156,6 +157,21 @@ class PolicyClient:
 
 
 # -- reading an answer --------------------------------------------------------------
+
+
+async def read_bounded(chunks: AsyncIterable[bytes], limit: int) -> tuple[bytes, bool]:
+    """The first ``limit`` bytes of a body and whether it went on past them. Reading
+    stops there: the rest is never fetched (a huge answer costs no more than the bound)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        room = limit - size
+        if len(chunk) > room:
+            parts.append(chunk[:room])
+            return b"".join(parts), True
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts), False
 
 
 def decode_body(body: bytes, content_type: str | None) -> str:

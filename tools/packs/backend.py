@@ -22,6 +22,7 @@ import httpx
 
 from bot.agent.tools import Tool
 from bot.errors import ConfigError, ToolError
+from tools.http_client import read_bounded
 from tools.packs import Pack
 
 CONNECT_TIMEOUT_S = 3.0
@@ -98,7 +99,12 @@ class Backend:
                 async with self._client.stream(
                     method, path, params=params, json=json_body
                 ) as response:
-                    body = await self._read(response)
+                    body, cut = await read_bounded(response.aiter_bytes(), self.max_body)
+                    if cut:
+                        raise ToolError(
+                            f"{self.kind}'s answer is larger than {self.max_body / 1e6:g} MB; "
+                            "narrow the request"
+                        )
         except (TimeoutError, httpx.TimeoutException) as exc:
             if isinstance(exc, httpx.ConnectTimeout):
                 raise ToolError(
@@ -120,19 +126,6 @@ class Backend:
                 f"{self.kind} at {self.shown} answered {path} with something that is not "
                 f"JSON ({kind}); is that the {self.kind} server's URL?"
             ) from None
-
-    async def _read(self, response: httpx.Response) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > self.max_body:
-                raise ToolError(
-                    f"{self.kind}'s answer is larger than {self.max_body / 1e6:g} MB; "
-                    "narrow the request"
-                )
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     def _status_error(self, response: httpx.Response, body: bytes, path: str) -> str:
         status = response.status_code

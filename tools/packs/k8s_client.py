@@ -47,6 +47,7 @@ from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 from bot.errors import ToolError
+from tools.http_client import read_bounded
 
 CONNECT_TIMEOUT_S = 3.0
 REQUEST_TIMEOUT_S = 10.0  # per request, connect to last byte
@@ -245,7 +246,14 @@ class Kube:
                     *args, _preload_content=False, _request_timeout=self._timeout(), **kw
                 )
                 try:
-                    body = await self._read(response, what)
+                    body, cut = await read_bounded(
+                        response.content.iter_chunked(65536), self.max_body
+                    )
+                    if cut:
+                        raise ToolError(
+                            f"the answer to {what} is larger than {self.max_body / 1e6:g} MB; "
+                            "narrow it (a namespace, a name or a selector)"
+                        )
                 finally:
                     response.release()
         except TimeoutError:
@@ -277,19 +285,6 @@ class Kube:
         if not isinstance(parsed, dict):
             raise ToolError(f"the Kubernetes API answered {what} with something that is not JSON")
         return parsed
-
-    async def _read(self, response: Any, what: str) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.content.iter_chunked(65536):
-            size += len(chunk)
-            if size > self.max_body:
-                raise ToolError(
-                    f"the answer to {what} is larger than {self.max_body / 1e6:g} MB; narrow it "
-                    "(a namespace, a name or a selector)"
-                )
-            chunks.append(chunk)
-        return b"".join(chunks)
 
 
 _PRIVATE: list[str] = []
