@@ -108,20 +108,25 @@ def new_event_id() -> str:
 # ---- payloads -------------------------------------------------------------------------------
 
 
-def human_event(message: Message, parent: Message | None) -> dict[str, Any]:
-    """The ``message`` event of a person's post (in the thread of ``parent``, if given)."""
-    event: dict[str, Any] = {
+def _message_event(message: Message, channel_type: str, team: str) -> dict[str, Any]:
+    """The ``message`` event of a person's post, as every kind of channel has it."""
+    return {
         "type": "message",
         "user": message.user,
         "text": message.text,
         "ts": message.ts,
         "channel": message.channel,
         "event_ts": message.ts,
-        "channel_type": "channel",
-        "team": TEAM_ID,
+        "channel_type": channel_type,
+        "team": team,
         "client_msg_id": str(uuid.uuid4()),
-        "blocks": message.blocks,
     }
+
+
+def human_event(message: Message, parent: Message | None) -> dict[str, Any]:
+    """The ``message`` event of a person's post (in the thread of ``parent``, if given)."""
+    event = _message_event(message, "channel", TEAM_ID)
+    event["blocks"] = message.blocks
     if parent is not None:
         event["thread_ts"] = parent.ts
         event["parent_user_id"] = parent.user
@@ -162,17 +167,7 @@ def assistant_thread_event(
 def im_event(message: Message, *, team: str = TEAM_ID) -> dict[str, Any]:
     """The ``message.im`` event of a person's post in a DM (an assistant pane thread when
     ``message.thread_ts`` is set)."""
-    event: dict[str, Any] = {
-        "type": "message",
-        "user": message.user,
-        "text": message.text,
-        "ts": message.ts,
-        "channel": message.channel,
-        "event_ts": message.ts,
-        "channel_type": "im",
-        "team": team,
-        "client_msg_id": str(uuid.uuid4()),
-    }
+    event = _message_event(message, "im", team)
     if message.thread_ts:
         event["thread_ts"] = message.thread_ts
     return event
@@ -256,12 +251,14 @@ def find_button(
             label = str((element.get("text") or {}).get("text", ""))
             if text is not None and not label.startswith(text):
                 continue
-            block_id = (
-                block.get("block_id")
-                or hashlib.sha1(f"{index}".encode(), usedforsecurity=False).hexdigest()[:5]
-            )
-            return str(block_id), dict(element)
+            return _block_id(block, index), dict(element)
     return None
+
+
+def _block_id(block: Mapping[str, Any], index: int) -> str:
+    """A block's id, or the stand-in Slack makes for one that has none."""
+    made = hashlib.sha1(f"{index}".encode(), usedforsecurity=False).hexdigest()[:5]
+    return str(block.get("block_id") or made)
 
 
 def find_feedback(
@@ -274,11 +271,7 @@ def find_feedback(
             continue
         for element in block.get("elements") or ():
             if isinstance(element, Mapping) and element.get("type") == "feedback_buttons":
-                block_id = (
-                    block.get("block_id")
-                    or hashlib.sha1(f"{index}".encode(), usedforsecurity=False).hexdigest()[:5]
-                )
-                return str(block_id), feedback_action(element, positive=positive)
+                return _block_id(block, index), feedback_action(element, positive=positive)
     return None
 
 
@@ -307,6 +300,11 @@ def feedback_action(element: Mapping[str, Any], *, positive: bool) -> dict[str, 
     }
 
 
+def _trigger_id() -> str:
+    """A fresh ``trigger_id``, shaped like Slack's."""
+    return f"{int(time.time())}.{secrets.randbelow(10**12)}.{uuid.uuid4().hex}"
+
+
 def message_action(
     *,
     callback_id: str,
@@ -332,7 +330,7 @@ def message_action(
         "enterprise": None,
         "api_app_id": api_app_id,
         "callback_id": callback_id,
-        "trigger_id": f"{int(time.time())}.{secrets.randbelow(10**12)}.{uuid.uuid4().hex}",
+        "trigger_id": _trigger_id(),
         "response_url": response_url,
         "message_ts": str(message.get("ts", "")),
         "message": dict(message),
@@ -382,7 +380,7 @@ def block_actions(
         "api_app_id": api_app_id,
         "token": VERIFICATION_TOKEN,
         "container": container,
-        "trigger_id": f"{int(time.time())}.{secrets.randbelow(10**12)}.{uuid.uuid4().hex}",
+        "trigger_id": _trigger_id(),
         "team": {"id": team, "domain": TEAM_DOMAIN},
         "enterprise": None,
         "is_enterprise_install": False,

@@ -15,7 +15,6 @@ that post to a running bot; ``bot.emulator.bot_process`` posts these to ``opsloo
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from bot.emulator import sender
 from bot.emulator.sender import FORM, JSON
 from bot.emulator.slack import BOT_USER_ID, TEAM_ID, FakeSlack
+from bot.emulator.slack_chat import TsClock
 
 APP_ID = "A1"
 
@@ -34,17 +34,45 @@ def content_type(body: bytes) -> str:
 
 # ---- ids and timestamps -----------------------------------------------------------------
 
-_last_ts_us = 0
+_clock = TsClock(wall=True)  # one for the process: its ts never repeat
 
 
 def new_ts() -> str:
     """A message ts (``"seconds.micros"``) near now, strictly increasing within the process."""
-    global _last_ts_us
-    _last_ts_us = max(time.time_ns() // 1_000, _last_ts_us + 1)
-    return f"{_last_ts_us // 1_000_000}.{_last_ts_us % 1_000_000:06d}"
+    return _clock.next()
 
 
 # ---- events -----------------------------------------------------------------------------
+
+
+def _posted(
+    kind: str,
+    channel: str,
+    user: str,
+    text: str,
+    ts: str | None,
+    thread_ts: str | None,
+    team: str,
+    *,
+    channel_type: str | None = None,
+) -> dict[str, Any]:
+    """The event of a person's post (at ``ts``, else now), as Slack orders its fields."""
+    ts = ts or new_ts()
+    event: dict[str, Any] = {
+        "type": kind,
+        "channel": channel,
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "event_ts": ts,
+        "team": team,
+    }
+    if channel_type is not None:
+        event["channel_type"] = channel_type
+    event["client_msg_id"] = str(uuid.uuid4())
+    if thread_ts is not None:
+        event["thread_ts"] = thread_ts
+    return event
 
 
 def message(
@@ -59,20 +87,7 @@ def message(
     **extra: Any,
 ) -> dict[str, Any]:
     """A ``message`` event in a public channel (``extra`` adds or overrides fields)."""
-    ts = ts or new_ts()
-    event: dict[str, Any] = {
-        "type": "message",
-        "channel": channel,
-        "user": user,
-        "text": text,
-        "ts": ts,
-        "event_ts": ts,
-        "team": team,
-        "channel_type": "channel",
-        "client_msg_id": str(uuid.uuid4()),
-    }
-    if thread_ts is not None:
-        event["thread_ts"] = thread_ts
+    event = _posted("message", channel, user, text, ts, thread_ts, team, channel_type="channel")
     if subtype is not None:
         event["subtype"] = subtype
     event.update(extra)
@@ -97,20 +112,7 @@ def mention(
     team: str = TEAM_ID,
 ) -> dict[str, Any]:
     """An ``app_mention`` whose text is ``"<@UBOT> " + text``."""
-    ts = ts or new_ts()
-    event: dict[str, Any] = {
-        "type": "app_mention",
-        "channel": channel,
-        "user": user,
-        "text": f"<@{bot_user}> {text}",
-        "ts": ts,
-        "event_ts": ts,
-        "team": team,
-        "client_msg_id": str(uuid.uuid4()),
-    }
-    if thread_ts is not None:
-        event["thread_ts"] = thread_ts
-    return event
+    return _posted("app_mention", channel, user, f"<@{bot_user}> {text}", ts, thread_ts, team)
 
 
 def twin(app_mention: Mapping[str, Any]) -> dict[str, Any]:
