@@ -5,7 +5,8 @@ client of such a pack, and the small formatting helpers of their summaries.
 ``Pack.closers``) is the one place where transport and HTTP failures become
 ``ToolError`` messages: a refused password is named as such and never shown, a
 ``user:password@`` in the base URL is sent as basic auth. The helpers render numbers,
-label sets, times and bounded listings the same way in both packs.
+label sets, times and bounded listings the same way in both packs (``duration`` serves
+the postgres pack's summaries too).
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.packs.backend import duration as two_units
+
 QUERY_CHARS = 120  # of one query's text in a line
 MAX_CHARS = 3800  # an answer, under the core's 4,000-character bound
 MAX_SESSIONS = 15
@@ -44,13 +46,7 @@ def duration(seconds: float | None) -> str:
         seconds = 0.0
     if seconds < 10:
         return f"{seconds:.1f}s" if seconds < 9.95 else "10s"
-    rest = round(seconds)
-    parts = []
-    for unit, size_s in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if rest >= size_s:
-            parts.append(f"{rest // size_s}{unit}")
-            rest %= size_s
-    return "".join(parts[:2])
+    return two_units(seconds)
 
 
 def size(n_bytes: float | None) -> str:
