@@ -65,7 +65,7 @@ from bot.store.approval_index import ApprovalIndex, index_member
 from bot.store.approval_index import parse_index_member as parse_index_member
 from bot.store.approval_scripts import CLAIM_CARD, CREATE, DECIDE, SET_FIELD
 from bot.store.audit import OUTBOX_TTL_S, tag_of_job
-from bot.store.connection import translated
+from bot.store.connection import hash_reply, translated
 from bot.store.failover import retried
 from bot.store.keys import Keys, bucket_of, job_bucket
 from bot.store.replicas import NONE, NotReplicated, Replication, replicated_reply
@@ -100,10 +100,6 @@ class DecideResult:
     # False: the decision stands on the master, but no replica confirmed it in time
     # (OPSLOOP_REDIS_MIN_REPLICAS); a failover before they do could still lose it.
     replicated: bool = True
-
-
-def _pairs(flat: list[str]) -> dict[str, str]:
-    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _from_hash(fields: dict[str, str]) -> ApprovalRecord:
@@ -226,7 +222,7 @@ class Approvals(ApprovalIndex):
         if not isinstance(stored, list):
             self._staged(tag)
             return record
-        existing = _from_hash(_pairs(stored))
+        existing = _from_hash(hash_reply(stored))
         await self._reindex(existing)
         return existing
 
@@ -346,7 +342,7 @@ class Approvals(ApprovalIndex):
             if not unconfirmed or unconfirmed[-1][1] is not exc:
                 raise
             reply, replicated = unconfirmed[-1][0], False
-        verdict, fields = reply[0], _pairs(reply[1:])
+        verdict, fields = reply[0], hash_reply(reply[1:])
         if verdict == "decided" and _own(fields, outcome, by, at):
             verdict = "won"  # a retry of this very decision, whose first reply was lost
         if not replicated and not (verdict == "won" or _mine(fields, outcome, by)):

@@ -136,6 +136,11 @@ def reply_text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def hash_reply(flat: Sequence[object]) -> dict[str, str]:
+    """A hash as a script returns it (``HGETALL``'s flat field/value list), as text."""
+    return {reply_text(k): reply_text(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
+
+
 class _Cluster(RedisCluster):
     """``RedisCluster`` that queues a burst instead of failing it: at most ``slots``
     commands in flight (each node's pool holds twice that, room for pipelines and

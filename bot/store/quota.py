@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,7 +43,7 @@ from bot.store.audit_entry import OUTBOX_TTL_S
 from bot.store.cap_status import MICRO, to_micro, usd
 from bot.store.cap_status import CapStatus as CapStatus
 from bot.store.cap_status import utc_day as utc_day
-from bot.store.connection import reply_text, translated
+from bot.store.connection import hash_reply, reply_text, translated
 from bot.store.keys import QUOTA_TAG, Keys
 from bot.store.quota_scripts import ADMIT, ADMIT_RATE, RAISE, RESERVE, SETTLE
 
@@ -62,11 +62,6 @@ def jobs_key(keys: Keys, user: str) -> str:
 
 def message_key(keys: Keys, message: str) -> str:
     return keys.quota(f"msg:{message}")
-
-
-def _fields(flat: Sequence[object]) -> dict[str, str]:
-    """A hash as a script returns it (a flat field/value list)."""
-    return {reply_text(flat[i]): reply_text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +232,7 @@ class DailyCaps:
                 # hint to an empty outbox, never an entry nobody looks for.
                 await self._redis.zadd(self._keys.audit_pending_of(QUOTA_TAG), {QUOTA_TAG: now})
             reply = await self._raise(keys=keys, args=args)
-        status = self.status_of(day, _fields(reply[1:]))
+        status = self.status_of(day, hash_reply(reply[1:]))
         return Raised(status) if reply_text(reply[0]) == "raised" else NotReached(status)
 
 
@@ -381,7 +376,7 @@ class JobAdmission:
             )
         verdict = reply_text(reply[0])
         if verdict == "cap" and caps is not None:
-            status = caps.status_of(day, _fields(reply[2:]))
+            status = caps.status_of(day, hash_reply(reply[2:]))
             return CapReached(status, first=int(reply[1]) == 1)
         if verdict == "wait":
             return RateLimited(
