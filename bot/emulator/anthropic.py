@@ -11,7 +11,6 @@ module never imports the server.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -29,6 +28,7 @@ from bot.emulator.scripted import (
     fault_chunks,
     fault_response,
     split,
+    stream,
     usage,
 )
 
@@ -48,25 +48,13 @@ async def respond(
         if isinstance(answer, Fault):  # a cut without a stream: no answer at all
             return await cut(request, web.Response())
         return web.json_response(message_body(server, scripted, answer))
-    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-    await response.prepare(request)
     events: Iterable[Event]
     if isinstance(answer, Fault):
         events = fault_events(server, scripted, answer)
     else:
         events = stream_events(server, scripted, answer)
-    try:
-        for name, data in events:
-            await response.write(sse(name, data))
-        if isinstance(answer, Fault):
-            return await cut(request, response)
-        await response.write_eof()
-    except ConnectionError:
-        server.disconnects += 1  # the client went away: expected, not worth a log line
-    except asyncio.CancelledError:
-        server.disconnects += 1
-        raise
-    return response
+    frames = (sse(name, data) for name, data in events)
+    return await stream(server, request, frames, broken=isinstance(answer, Fault))
 
 
 def sse(name: str, data: dict[str, Any]) -> bytes:

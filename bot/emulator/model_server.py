@@ -44,10 +44,10 @@ from bot.emulator.scripted import (
     Policy,
     Reply,
     ScriptedRequest,
-    cut,
     fault_chunks,
     fault_response,
     split,
+    stream,
     usage,
 )
 
@@ -218,8 +218,6 @@ class ScriptedServer(StartStop):
     async def _openai_stream(
         self, request: web.Request, scripted: ScriptedRequest, answer: Answer
     ) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await response.prepare(request)
         chunks: Iterable[dict[str, Any]]
         if isinstance(answer, Fault):
             chunks = fault_chunks(
@@ -228,19 +226,9 @@ class ScriptedServer(StartStop):
             )
         else:
             chunks = self.openai_chunks(scripted, answer)
-        try:
-            for data in chunks:
-                await response.write(b"data: " + json.dumps(data).encode() + b"\n\n")
-            if isinstance(answer, Fault):
-                return await cut(request, response)
-            await response.write(b"data: [DONE]\n\n")
-            await response.write_eof()
-        except ConnectionError:
-            self.disconnects += 1  # the client went away: expected, not worth a log line
-        except asyncio.CancelledError:
-            self.disconnects += 1
-            raise
-        return response
+        frames = (b"data: " + json.dumps(data).encode() + b"\n\n" for data in chunks)
+        broken = isinstance(answer, Fault)
+        return await stream(self, request, frames, broken=broken, end=b"data: [DONE]\n\n")
 
     # -- the model list ---------------------------------------------------------
 

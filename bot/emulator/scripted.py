@@ -8,15 +8,16 @@ import these to write policies.
 The rest is what the OpenAI rendering (``bot.emulator.model_server``) and the Anthropic one
 (``bot.emulator.anthropic``) both use: :func:`split` (a text in stream pieces), :func:`usage`
 (the token counts a reply reports), :func:`fault_response` (an error body in either provider's
-shape), :func:`fault_chunks` and :func:`cut` (a broken stream), and :class:`ServerState`, what a
-rendering needs of the server. Both import this module; it imports neither, so the two
-renderings do not import each other.
+shape), :func:`stream` (server-sent events, ended or broken off), :func:`fault_chunks` and
+:func:`cut` (a broken stream), and :class:`ServerState`, what a rendering needs of the server.
+Both import this module; it imports neither, so the two renderings do not import each other.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -148,6 +149,34 @@ async def cut(request: web.Request, response: web.StreamResponse) -> web.StreamR
     transport = request.transport
     if transport is not None:
         transport.close()
+    return response
+
+
+async def stream(
+    server: ServerState,
+    request: web.Request,
+    frames: Iterable[bytes],
+    *,
+    broken: bool,
+    end: bytes = b"",
+) -> web.StreamResponse:
+    """``frames`` as a server-sent event stream, then ``end``; a ``broken`` one (a fault's)
+    is dropped instead of ended. A client that goes away counts in ``server.disconnects``."""
+    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await response.prepare(request)
+    try:
+        for frame in frames:
+            await response.write(frame)
+        if broken:
+            return await cut(request, response)
+        if end:
+            await response.write(end)
+        await response.write_eof()
+    except ConnectionError:
+        server.disconnects += 1  # the client went away: expected, not worth a log line
+    except asyncio.CancelledError:
+        server.disconnects += 1
+        raise
     return response
 
 
