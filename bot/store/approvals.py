@@ -120,24 +120,21 @@ def _from_hash(fields: dict[str, str]) -> ApprovalRecord:
         raise StoreError(f"corrupt approval record: {exc}") from exc
 
 
+def _decided_as(fields: dict[str, str], outcome: Outcome, by: str | None) -> bool:
+    """Whether a record holds ``outcome`` decided by ``by`` (no one: ``None``)."""
+    return fields.get("status") == outcome and (fields.get("decided_by") or "") == (by or "")
+
+
 def _own(fields: dict[str, str], outcome: Outcome, by: str | None, at: str) -> bool:
     """Whether a decided record is the decision this call made (same outcome, same
     decider, same moment): how a retried ``decide`` knows its own won decision."""
-    return (
-        fields.get("status") == outcome
-        and (fields.get("decided_by") or "") == (by or "")
-        and fields.get("decided_at") == at
-    )
+    return _decided_as(fields, outcome, by) and fields.get("decided_at") == at
 
 
 def _mine(fields: dict[str, str], outcome: Outcome, by: str | None) -> bool:
     """Whether a decided record is this decider's same decision (made by an earlier
     click of theirs): their click again, which stands as that decision."""
-    return (
-        bool(by)
-        and fields.get("status") == outcome
-        and (fields.get("decided_by") or "") == (by or "")
-    )
+    return bool(by) and _decided_as(fields, outcome, by)
 
 
 def _check_user(by: str) -> None:
