@@ -13,7 +13,7 @@ import itertools
 import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bot.agent.messages import (
     AnyMessage,
@@ -86,16 +86,7 @@ class ScriptedModel:
         self, request: ModelRequest, *, on_delta: DeltaSink | None = None
     ) -> ModelResponse:
         # Snapshot the history: the live list keeps growing after the call.
-        self.requests.append(
-            ModelRequest(
-                system=request.system,
-                tools=request.tools,
-                messages=tuple(request.messages),
-                max_output_tokens=request.max_output_tokens,
-                stream=request.stream,
-                time_left=request.time_left,
-            )
-        )
+        self.requests.append(replace(request, messages=tuple(request.messages)))
         step: ScriptStep
         if self._fn is not None:
             step = self._fn

@@ -27,6 +27,7 @@ from xml.parsers.expat import ExpatError
 import httpx
 
 from bot.errors import ConfigError, ToolError
+from tools.http_client import read_bounded
 
 VARIABLE = "SUPERVISOR_URL"
 CONNECT_TIMEOUT_S = 5.0
@@ -175,11 +176,9 @@ class SupervisorClient:
                         f"{where} answered HTTP {response.status_code} to {method}; "
                         "is this supervisord's XML-RPC interface (path /RPC2)?"
                     )
-                data = bytearray()
-                async for chunk in response.aiter_bytes():
-                    data += chunk
-                    if len(data) > self._max_answer:
-                        raise ToolError(f"{where}: the answer to {method} is too large")
+                data, cut = await read_bounded(response.aiter_bytes(), self._max_answer)
+                if cut:
+                    raise ToolError(f"{where}: the answer to {method} is too large")
         except httpx.ConnectTimeout:
             raise ToolError(
                 f"{where} is unreachable: no connection within {self._connect_timeout:g}s"
@@ -192,7 +191,7 @@ class SupervisorClient:
         except httpx.TransportError as exc:
             raise ToolError(f"{where} is unreachable: {_reason(exc)}") from None
         try:
-            (result,), _ = xmlrpc.client.loads(bytes(data), use_builtin_types=True)
+            (result,), _ = xmlrpc.client.loads(data, use_builtin_types=True)
         except xmlrpc.client.Fault as fault:
             raise SupervisorFault(fault.faultCode, str(fault.faultString)) from None
         except (ExpatError, xmlrpc.client.ResponseError, ValueError) as exc:
