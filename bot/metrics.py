@@ -20,118 +20,96 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LAG_PROBE_S = 0.05
+# Sub-second waits: the time to answer Slack, how late the event loop runs a timer.
+FAST_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.jobs = Counter(
-            "opsloop_jobs", "Jobs by final status", ["status"], registry=self.registry
-        )
-        self.model_calls = Counter("opsloop_model_calls", "Model calls", registry=self.registry)
-        self.model_errors = Counter(
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        histogram = partial(Histogram, registry=self.registry)
+        self.jobs = counter("opsloop_jobs", "Jobs by final status", ["status"])
+        self.model_calls = counter("opsloop_model_calls", "Model calls")
+        self.model_errors = counter(
             "opsloop_model_errors",
             "Model calls that failed (after the client's own retries)",
             ["model"],
-            registry=self.registry,
         )
-        self.model_seconds = Histogram(
+        self.model_seconds = histogram(
             "opsloop_model_seconds",
             "Time of each model call, to its last byte",
             ["model"],
             buckets=(0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
-            registry=self.registry,
         )
-        self.model_tokens = Counter(
+        self.model_tokens = counter(
             "opsloop_model_tokens",
             "Tokens the provider reported: prompt (cached included), cached, completion",
             ["model", "kind"],
-            registry=self.registry,
         )
-        self.model_cost = Counter(
+        self.model_cost = counter(
             "opsloop_model_cost_usd",
             "What model calls cost in US dollars, as priced by OPSLOOP_PRICES or the price "
             "table (calls of a model without a price are counted in tokens only)",
             ["model"],
-            registry=self.registry,
         )
-        self.tools = Counter(
-            "opsloop_tool_executions",
-            "Tool executions",
-            ["tool", "outcome"],
-            registry=self.registry,
-        )
-        self.tool_seconds = Histogram(
+        self.tools = counter("opsloop_tool_executions", "Tool executions", ["tool", "outcome"])
+        self.tool_seconds = histogram(
             "opsloop_tool_seconds",
             "Time of each tool run",
             ["tool"],
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
-            registry=self.registry,
         )
-        self.feedback = Counter(
+        self.feedback = counter(
             "opsloop_feedback",
             "Feedback buttons pressed on answers (positive or negative), any job, any age",
             ["value"],
-            registry=self.registry,
         )
-        self.otel_spans_dropped = Counter(
+        self.otel_spans_dropped = counter(
             "opsloop_otel_spans_dropped",
             "OpenTelemetry spans lost: the export queue was full or the export failed",
-            registry=self.registry,
         )
-        self.redis_up = Gauge(
-            "opsloop_redis_up", "1 when Redis answered this scrape", registry=self.registry
-        )
+        self.redis_up = gauge("opsloop_redis_up", "1 when Redis answered this scrape")
         # Admission control (``bot.turns.background``): read from the process at each scrape.
-        self.running_jobs = Gauge(
+        self.running_jobs = gauge(
             "opsloop_running_jobs",
             "Jobs this process runs now (at most its limit, plus a small reserve for resumes)",
-            registry=self.registry,
         )
-        self.max_running_jobs = Gauge(
+        self.max_running_jobs = gauge(
             "opsloop_max_running_jobs",
             "Jobs this process runs at once before it leaves new ones queued "
             "(OPSLOOP_MAX_RUNNING_JOBS)",
-            registry=self.registry,
         )
-        self.waiting_jobs = Gauge(
+        self.waiting_jobs = gauge(
             "opsloop_jobs_waiting_for_room",
             "Jobs this process left queued for lack of room and takes when it has some",
-            registry=self.registry,
         )
-        self.queued_for_room = Counter(
+        self.queued_for_room = counter(
             "opsloop_jobs_queued_for_room",
             "Jobs this process left queued (in Redis, for any process with room) because "
             "it ran its limit",
-            registry=self.registry,
         )
         self._jobs_here: Callable[[], Mapping[str, int]] | None = None
         # Read from Redis at each scrape (the whole workspace, every process); absent
         # when Redis does not answer rather than a stale figure.
         self.live = CollectorRegistry()
         self.live_jobs = Gauge(
-            "opsloop_live_jobs",
-            "Jobs queued, running or awaiting approval",
-            registry=self.live,
+            "opsloop_live_jobs", "Jobs queued, running or awaiting approval", registry=self.live
         )
         self.pending_approvals = Gauge(
             "opsloop_pending_approvals", "Approval cards waiting for a decision", registry=self.live
         )
-        self.ack = Histogram(
-            "opsloop_ack_seconds",
-            "Time to answer Slack",
-            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-            registry=self.registry,
-        )
-        self.loop_lag = Histogram(
+        self.ack = histogram("opsloop_ack_seconds", "Time to answer Slack", buckets=FAST_BUCKETS)
+        self.loop_lag = histogram(
             "opsloop_event_loop_lag_seconds",
             "How late a 50 ms timer fires (time everything waits for the event loop)",
-            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-            registry=self.registry,
+            buckets=FAST_BUCKETS,
         )
 
     def watch_jobs(self, counts: Callable[[], Mapping[str, int]]) -> None:
