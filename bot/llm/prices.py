@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -116,8 +116,9 @@ def _kind(data: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Own:
+    """Priced by ``OPSLOOP_PRICES``."""
+
     prices: ModelPrices
-    kind: Literal["own"] = "own"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +131,10 @@ class _Ask:
 
 @dataclass(frozen=True, slots=True)
 class _Table:
+    """Priced by the table, asked as it found the model."""
+
     model: str
-    ask: _Ask  # how the table found it
-    kind: Literal["table"] = "table"
+    ask: _Ask
 
 
 _Found = _Own | _Table | None
