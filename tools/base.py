@@ -134,27 +134,18 @@ def tool(
     output_bound: int = DEFAULT_OUTPUT_BOUND,
 ) -> PythonTool[Any, Any] | Callable[[Callable[..., Awaitable[Any]]], PythonTool[Any, Any]]:
     """Make an ``async def`` a tool; usable as ``@tool`` or ``@tool("name", category=...)``."""
-    if callable(name):
-        return _build(
-            name,
-            name=None,
-            category=category,
-            parallel=parallel,
-            timeout=timeout,
-            output_bound=output_bound,
-        )
 
     def decorate(fn: Callable[..., Awaitable[Any]]) -> PythonTool[Any, Any]:
         return _build(
             fn,
-            name=name,
+            name=None if callable(name) else name,
             category=category,
             parallel=parallel,
             timeout=timeout,
             output_bound=output_bound,
         )
 
-    return decorate
+    return decorate(name) if callable(name) else decorate
 
 
 def _build(
