@@ -12,7 +12,9 @@
  *    snapshot, then every change in order), posting and clicking through /ui/post and
  *    /ui/click as the user chosen in the switcher. A first visit shows a hint (what to
  *    type, who is who, from /ui/info) until it is dismissed or a message is sent; the
- *    browser remembers that (localStorage "opsloop.hint").
+ *    browser remembers that (localStorage "opsloop.hint"). Its JSON POST is
+ *    window.opsloopPostJson(path, body) -> Promise of {status, data}, which shortcut.js and
+ *    assistant.js post with too.
  * No build step, no dependencies. */
 (function (root) {
   "use strict";
@@ -890,6 +892,7 @@
       });
     });
   }
+  root.opsloopPostJson = postJson;
 
   function send(textarea, threadTs) {
     var text = textarea.value;

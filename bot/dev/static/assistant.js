@@ -31,15 +31,19 @@
   }
 
   function postJson(path, body) {
-    return fetch(path, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-    }).then(function (r) {
-      return r.json().catch(function () { return {}; }).then(function (data) {
-        return { status: r.status, data: data };
-      });
-    });
+    return root.opsloopPostJson(path, body); // app.js's
+  }
+
+  // A hidden pane of the layout: a <tag> with its class, test id, label and inner HTML.
+  function addPane(tag, className, testid, label, html) {
+    var el = document.createElement(tag);
+    el.className = className;
+    el.hidden = true;
+    el.setAttribute("data-testid", testid);
+    el.setAttribute("aria-label", label);
+    el.innerHTML = html;
+    document.querySelector(".layout").appendChild(el);
+    return el;
   }
 
   function build() {
@@ -51,12 +55,7 @@
       '<button type="button" data-testid="open-home">Home</button>';
     head.insertBefore(buttons, head.querySelector(".switcher"));
 
-    var aside = document.createElement("aside");
-    aside.className = "pane assistant-pane";
-    aside.hidden = true;
-    aside.setAttribute("data-testid", "assistant-pane");
-    aside.setAttribute("aria-label", "Assistant");
-    aside.innerHTML =
+    var aside = addPane("aside", "pane assistant-pane", "assistant-pane", "Assistant",
       '<div class="pane-head"><span class="pane-title" data-testid="pane-title">Assistant</span>' +
       '<button type="button" class="close" data-testid="close-assistant" aria-label="Close">×</button></div>' +
       '<div class="messages" data-testid="pane-messages" aria-live="polite"></div>' +
@@ -64,19 +63,11 @@
       '<div class="assistant-status" data-testid="pane-status" hidden></div>' +
       '<form class="composer-form" data-testid="pane-composer-form" autocomplete="off">' +
       '<textarea data-testid="pane-composer" rows="2" placeholder="Ask opsloop (Enter sends)"></textarea>' +
-      '<button type="submit" data-testid="pane-send">Send</button></form>';
-    document.querySelector(".layout").appendChild(aside);
-
-    var home = document.createElement("section");
-    home.className = "pane app-home";
-    home.hidden = true;
-    home.setAttribute("data-testid", "app-home");
-    home.setAttribute("aria-label", "App Home");
-    home.innerHTML =
+      '<button type="submit" data-testid="pane-send">Send</button></form>');
+    var home = addPane("section", "pane app-home", "app-home", "App Home",
       '<div class="pane-head"><span class="pane-title">opsloop · Home</span>' +
       '<button type="button" class="close" data-testid="close-home" aria-label="Close">×</button></div>' +
-      '<div class="home-view" data-testid="home-view"><p class="dim">Opening…</p></div>';
-    document.querySelector(".layout").appendChild(home);
+      '<div class="home-view" data-testid="home-view"><p class="dim">Opening…</p></div>');
 
     $("open-assistant").addEventListener("click", openPane);
     $("open-home").addEventListener("click", openHome);

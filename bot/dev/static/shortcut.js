@@ -34,15 +34,7 @@
   }
 
   function post(path, body) {
-    return fetch(path, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-    }).then(function (response) {
-      return response.json().catch(function () { return {}; }).then(function (data) {
-        return { status: response.status, data: data };
-      });
-    });
+    return root.opsloopPostJson(path, body); // app.js's (loaded after this one, used on clicks)
   }
 
   function menu(msg) {
