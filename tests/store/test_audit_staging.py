@@ -21,7 +21,7 @@ from bot.store.connection import StoreError, StoreUnavailable, connect
 from bot.store.jobs import JobLimits, Jobs, JobStatus
 from bot.store.keys import Keys, Thread
 from bot.store.ledger import RedisLedger
-from bot.turns.controls import raise_limit, stop
+from bot.turns.controls import Controls
 from tests.store.approval_kit import pending_approval
 
 NOW = 1_700_000_000.0
@@ -182,10 +182,10 @@ async def test_a_stop_and_a_limit_raise_are_staged_with_who_did_them(
     running = await jobs.save(record, JobStatus.RUNNING, fence=1)
     ended = await jobs.save(running, JobStatus.LIMIT_ITERATIONS, fence=1)
 
-    raised = await raise_limit(jobs, ended.id, APPROVER, seq=0)
+    raised = await Controls(approvals, jobs).raise_limit(ended.id, APPROVER, seq=0)
     assert not isinstance(raised, str)
-    outcome = await stop(approvals, jobs, ended.id, REQUESTER)  # running: by flag
-    again = await stop(approvals, jobs, ended.id, REQUESTER)  # a second Stop: nothing new
+    outcome = await Controls(approvals, jobs).stop(ended.id, REQUESTER)  # running: by flag
+    again = await Controls(approvals, jobs).stop(ended.id, REQUESTER)  # a second Stop: none
 
     assert outcome.kind == "signalled" and again.kind == "signalled"
     entries = await outbox(redis, keys, thread)
@@ -196,7 +196,7 @@ async def test_a_stop_and_a_limit_raise_are_staged_with_who_did_them(
     assert entries[0]["detail"] == {"limit": "iterations", "amount": 3, "from": 3, "to": 6}
 
     other = await jobs.create(Thread("C9", "1700000000.000900"), requester=REQUESTER, limits=limits)
-    cancelled = await stop(approvals, jobs, other.id, APPROVER)  # queued: ended at once
+    cancelled = await Controls(approvals, jobs).stop(other.id, APPROVER)  # queued: ended at once
     assert cancelled.kind == "cancelled"
     (entry,) = await outbox(redis, keys, Thread("C9", "1700000000.000900"))
     assert entry["kind"] == "job_stopped" and entry["detail"] == {"while": "queued"}
@@ -209,7 +209,8 @@ async def test_a_refused_save_stages_nothing(
     limits = JobLimits(max_iterations=3, deadline_s=60, token_budget=1000)
     record = await jobs.create(thread, requester=REQUESTER, limits=limits)
     await jobs.save(record, JobStatus.RUNNING, fence=1)
-    stale = await raise_limit(jobs, record.id, APPROVER, seq=0)  # not stopped by a limit
+    controls = Controls(Approvals(redis, keys), jobs)
+    stale = await controls.raise_limit(record.id, APPROVER, seq=0)  # not stopped by a limit
     assert isinstance(stale, str)
     assert await outbox(redis, keys, thread) == []
 
