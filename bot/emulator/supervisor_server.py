@@ -21,7 +21,7 @@ import sys
 import textwrap
 import time
 import xmlrpc.client
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,16 +188,13 @@ class ManagedSupervisor:
         """Live processes running one of this instance's program scripts."""
         marker = str(self.root / "prog_").encode()
         found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
+        for pid, _ in _live_processes():
             try:
-                cmdline = (entry / "cmdline").read_bytes()
-                stat = (entry / "stat").read_text()
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue  # gone meanwhile, or not ours to read
-            if marker in cmdline and ") Z " not in stat:  # zombies are already dead
-                found.append(int(entry.name))
+            if marker in cmdline:
+                found.append(pid)
         return found
 
     # -- waiting ----------------------------------------------------------------------
@@ -243,21 +240,27 @@ class ManagedSupervisor:
         self.stop()
 
 
-def children_of(parent: int) -> list[int]:
-    """Live processes whose parent is ``parent``."""
-    found = []
+def _live_processes() -> Iterator[tuple[int, list[str]]]:
+    """Each live process (zombies are already dead): its pid and the fields of its
+    ``/proc/PID/stat`` after the command name (state, parent pid, …)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
         except OSError:
-            continue
+            continue  # gone meanwhile, or not ours to read
         # "pid (comm) state ppid …"; comm may hold spaces and parentheses.
         fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and fields[0] != "Z" and int(fields[1]) == parent:
-            found.append(int(entry.name))
-    return found
+        if fields and fields[0] != "Z":
+            yield int(entry.name), fields
+
+
+def children_of(parent: int) -> list[int]:
+    """Live processes whose parent is ``parent``."""
+    return [
+        pid for pid, fields in _live_processes() if len(fields) > 1 and int(fields[1]) == parent
+    ]
 
 
 def alive(pid: int) -> bool:
