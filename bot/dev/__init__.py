@@ -1,5 +1,7 @@
 """The local development mode (``opsloop dev``): the dev workspace on the emulated Slack
-and its web page, the dev people, the demo service "web", its tools and the scripted
-demo model. The imitations themselves (fake Slack, model server, redis-server, the
-signed sender) live in ``bot.emulator``; nothing in the product imports this package
-but the ``dev`` command."""
+(``workspace``; ``response_urls``, ``pane``) and its web page (``page``, ``page_feed``,
+``static/``), the dev people, the demo service "web" (``demo_service``, the process itself
+in ``demo_web``), its tools and the scripted demo model (``demo_model``, reading the
+conversation with ``demo_turn``). The imitations themselves (fake Slack, model server,
+redis-server, the signed sender) live in ``bot.emulator``; nothing in the product imports
+this package but the ``dev`` command."""

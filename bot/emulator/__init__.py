@@ -1,8 +1,11 @@
 """Imitations of the outside world: what no machine here can reach, or what tests stand up.
 
-- ``slack``: the fake Slack Web API, a real aiohttp server holding messages and recording
-  calls; ``slack_wire`` what it speaks (ids, limits, message shapes, errors, request
-  params); ``slack_socket`` Slack's side of Socket Mode on the same server;
+- ``app_server``: how every fake here serves its aiohttp app on a port, and ``async with``
+  for anything with ``start`` and ``stop``.
+- ``slack``: the fake Slack Web API, a real aiohttp server recording calls; ``slack_chat``
+  the messages it holds and the methods that post, edit, react to and read them;
+  ``slack_wire`` what it speaks (ids, limits, message shapes, errors, request params);
+  ``slack_socket`` Slack's side of Socket Mode on the same server;
   ``slack_assistant`` the assistant pane's methods (suggested prompts, title) and
   ``views.publish`` (App Home), refusing what Slack refuses; ``context_actions`` the
   ``context_actions`` block with its ``feedback_buttons``, checked as Slack checks them.
@@ -19,9 +22,11 @@
 - ``otlp_receiver``: an OTLP/HTTP trace receiver on loopback that decodes the protobuf
   export requests, for the OpenTelemetry tests and benchmark.
 - ``kube_api``: a Kubernetes API server (TLS, tokens, client certificates) for the calls
-  the kubernetes pack and the real ``kubectl`` make; ``kube_wire`` what it speaks
-  (selectors, patches, Table printing, OpenAPI, TLS material); ``kube_fixtures`` the
-  builders of the clusters it serves and ``kube_incident`` the incident cluster, as data.
+  the kubernetes pack and the real ``kubectl`` make; ``kube_objects`` its verbs on the
+  objects and its errors; ``kube_wire`` what it speaks (selectors, patches, Table
+  printing, OpenAPI, TLS material); ``kube_fixtures`` the builders of the clusters it
+  serves and ``kube_incident`` the incident cluster (``kube_incident_events`` its events),
+  as data.
 
 Who imports this package: ``bot/dev`` (the dev mode, and so ``opsloop dev``), tests and
 benchmarks. No product layer does (agent, llm, store, tools, turns, slack, the service's
