@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import cast
 
 from bot.agent.redact import redact_secrets
+from bot.cli.parts import command_stores
 from bot.errors import ConfigError, StoreError
-from bot.store.audit import AuditEntry, AuditLog, AuditQuery, Stored
+from bot.store.audit import AuditEntry, AuditQuery, Stored
 from bot.store.audit_entry import short_detail
-from bot.store.connection import RedisTarget, connect
+from bot.store.connection import RedisTarget
 from bot.store.keys import Keys
 
 DETAIL_CHARS = 60
@@ -138,24 +139,18 @@ def row(entry: AuditEntry) -> str:
 async def _query(
     url: str | RedisTarget, keys: Keys, query: Query, emit: Callable[[Stored], None]
 ) -> int:
-    redis = connect(url, max_connections=2)
-    try:
+    async with command_stores(url, keys) as stores:
         count = 0
-        async for stored in AuditLog(redis, keys).matching(**query.filters()):
+        async for stored in stores.audit_log.matching(**query.filters()):
             emit(stored)
             count += 1
         return count
-    finally:
-        await redis.aclose()
 
 
 async def _verify(url: str | RedisTarget, keys: Keys) -> tuple[bool, str]:
-    redis = connect(url, max_connections=2)
-    try:
-        report = await AuditLog(redis, keys).verify()
+    async with command_stores(url, keys) as stores:
+        report = await stores.audit_log.verify()
         return report.ok, report.describe()
-    finally:
-        await redis.aclose()
 
 
 def _usage_error(message: str) -> int:
