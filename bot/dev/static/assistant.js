@@ -31,7 +31,7 @@
   }
 
   function postJson(path, body) {
-    return root.opsloopPostJson(path, body); // app.js's
+    return root.opsloopPostJson(path, body); // channel.js's
   }
 
   // A hidden pane of the layout: a <tag> with its class, test id, label and inner HTML.

@@ -3,7 +3,7 @@
  *    window.opsloopFeedback.render(block) -> HTML, called by app.js's renderBlock.
  *
  * Each button is an ordinary page button (data-testid="button", its action_id and the
- * chosen button's value), so app.js's click handler posts it to /ui/click and the emulator
+ * chosen button's value), so channel.js's click handler posts it to /ui/click and the emulator
  * sends the bot the block_actions Slack sends. The pressed one stays marked, as in Slack.
  */
 (function (root) {
@@ -53,7 +53,7 @@
       }).join("") + "</div>";
   }
 
-  // Mark the pressed button (before app.js sends the click; a re-render keeps the mark).
+  // Mark the pressed button (before channel.js sends the click; a re-render keeps the mark).
   root.document.addEventListener("click", function (event) {
     var target = event.target;
     var button = target && target.closest ? target.closest("[data-feedback]") : null;

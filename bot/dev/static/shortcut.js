@@ -1,9 +1,9 @@
 /* The message shortcut "Investigate with opsloop" on the dev page, and a demo alert to use
  * it on.
  *
- *    window.opsloopShortcut.menu(msg) -> HTML of a message's "⋯" menu (app.js's messageEl);
+ *    window.opsloopShortcut.menu(msg) -> HTML of a message's "⋯" menu (channel.js's messageEl);
  *    window.opsloopShortcut.attachments(msg) -> HTML of its legacy attachments (an
- *    integration's post: Alertmanager's title, text and fields), for app.js's contentHtml.
+ *    integration's post: Alertmanager's title, text and fields), for channel.js's contentHtml.
  *
  * "⋯ → Investigate with opsloop" posts /ui/shortcut (the emulator sends the bot a signed
  * message_action as the person acting), then opens the message's thread, where the job
@@ -34,7 +34,7 @@
   }
 
   function post(path, body) {
-    return root.opsloopPostJson(path, body); // app.js's (loaded after this one, used on clicks)
+    return root.opsloopPostJson(path, body); // channel.js's (loaded after this one, used on clicks)
   }
 
   function menu(msg) {
@@ -82,7 +82,7 @@
     });
   }
 
-  // app.js opens a channel message's thread when it is clicked (the element of the time:
+  // channel.js opens a channel message's thread when it is clicked (the element of the time:
   // a re-render may have replaced the one the menu was in).
   function openThread(ts) {
     var selector = '[data-testid="channel-messages"] [data-testid="message"][data-ts="' + ts + '"]';
@@ -108,7 +108,7 @@
     }).catch(function () { tell("Shortcut not sent: the emulator is not reachable"); });
   }
 
-  // Capture phase: a click in a menu is the menu's, not the message's (app.js opens threads).
+  // Capture phase: a click in a menu is the menu's, not the message's (channel.js opens threads).
   doc.addEventListener("click", function (event) {
     var target = event.target;
     var inMenu = target && target.closest ? target.closest('[data-testid="message-menu"]') : null;

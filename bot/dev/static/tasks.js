@@ -6,7 +6,7 @@
  * card in one plan block under its title, where the first one came. The blocks a stopStream
  * ended it with (feedback buttons) follow. window.opsloopTasks.files(msg) -> HTML of the
  * files a message shares (a download link each). Pure: data in, escaped HTML out; loaded
- * before app.js, which calls it from contentHtml. */
+ * before channel.js, which calls it from contentHtml. */
 (function (root) {
   "use strict";
 
