@@ -4,8 +4,8 @@ Every module of ``bot/`` and ``tools/`` is parsed with ``ast`` (nothing is impor
 run) and each of its imports — at the top or inside a function, relative or absolute,
 ``importlib.import_module("x")`` with a literal name — is checked against ``ALLOWED``:
 a room may import itself and the rooms listed for it, nothing else. Dependencies point
-down: agent ← records ← store; agent ← llm, store, tools ← turns ← slack ← the composition
-root and the CLI. The records (``bot.records``: jobs, approvals, ledger entries, threads)
+down: agent ← records ← store; agent ← alerts (the webhook's values); agent ← llm, store,
+tools, alerts ← turns ← slack ← the composition root and the CLI. The records (``bot.records``: jobs, approvals, ledger entries, threads)
 are the values the store keeps and the edge shows; the edge imports them, and no module
 of the store.
 Nothing in the product imports the emulator (``bot.emulator``: the imitations of Slack,
@@ -43,17 +43,22 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     # The values the store keeps and the edge shows, with no I/O.
     "bot.records": frozenset({"bot.agent", "bot.errors"}),
     "bot.store": frozenset({"bot.agent", "bot.errors", "bot.records"}),
+    # Alerts in: the webhook's payload, the routes, the text the model reads (no I/O).
+    "bot.alerts": frozenset({"bot.agent", "bot.errors"}),
     "tools": frozenset({"bot.agent", "bot.errors", "bot.scrub"}),
     # OpenTelemetry: the switch, a job's trace meta, the SDK's spans (only when on).
     "bot.otel": frozenset({"bot.agent", "bot.store"}),
     "bot.turns": frozenset(
-        {"bot.agent", "bot.errors", "bot.store", "tools", "bot.llm", "bot.otel"}
+        {"bot.agent", "bot.errors", "bot.store", "tools", "bot.llm", "bot.otel", "bot.alerts"}
     ),
-    "bot.slack": frozenset({"bot.turns", "bot.records", "bot.llm", "bot.metrics", "bot.otel"})
+    "bot.slack": frozenset(
+        {"bot.turns", "bot.records", "bot.llm", "bot.metrics", "bot.otel", "bot.alerts"}
+    )
     | SHARED,
     "bot.metrics": SHARED,
     "bot.service": frozenset(
         {"bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.metrics", "bot.otel"}
+        | {"bot.alerts"}
     )
     | SHARED,
     # The chaos soak (bot.emulator.soak) reads each job's state by the store's keys and
@@ -65,7 +70,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "bot.cli": frozenset(
         {"bot", "bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.service"}
     )
-    | {"bot.metrics", "bot.dev", "bot.otel"}
+    | {"bot.metrics", "bot.dev", "bot.otel", "bot.alerts"}
     | SHARED,
     "bot.__main__": frozenset({"bot.cli"}),
 }
