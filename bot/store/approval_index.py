@@ -24,6 +24,7 @@ from bot.store.approval_scripts import TAKE_DUE, TAKE_FOR
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import translated
 from bot.store.keys import BUCKETS, Keys, job_bucket
+from bot.store.lua import Lua
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,12 @@ def parse_index_member(member: str) -> tuple[str, str]:
 class ApprovalIndex:
     """List the approvals past their expiry, and hand out due reminders and card edits."""
 
+    _take = Lua(TAKE_DUE)
+    _take_for = Lua(TAKE_FOR)
+
     def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
         self._redis = redis
         self._keys = keys
-        self._take = redis.register_script(TAKE_DUE)
-        self._take_for = redis.register_script(TAKE_FOR)
 
     async def due(self, now: float, limit: int = 100) -> list[tuple[str, str]]:
         """``(job_id, call_id)`` of approvals whose expiry has come, oldest first.

@@ -68,6 +68,7 @@ from bot.store.audit import OUTBOX_TTL_S, tag_of_job
 from bot.store.connection import hash_reply, translated
 from bot.store.failover import retried
 from bot.store.keys import Keys, bucket_of, job_bucket
+from bot.store.lua import Lua
 from bot.store.replicas import NONE, NotReplicated, Replication, replicated_reply
 from bot.store.staging import AuditNotify
 
@@ -154,6 +155,11 @@ class Approvals(ApprovalIndex):
     """Create, read and decide approvals; keep their cards' bookkeeping. The scans of
     the ones due (expiries, reminders, card edits) are ``ApprovalIndex``'s."""
 
+    _create = Lua(CREATE)
+    _decide = Lua(DECIDE)
+    _set_field = Lua(SET_FIELD)
+    _claim_card = Lua(CLAIM_CARD)
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -166,10 +172,6 @@ class Approvals(ApprovalIndex):
         super().__init__(redis, keys)
         self._on_audit = on_audit
         self._replication = replication
-        self._create = redis.register_script(CREATE)
-        self._decide = redis.register_script(DECIDE)
-        self._set_field = redis.register_script(SET_FIELD)
-        self._claim_card = redis.register_script(CLAIM_CARD)
 
     def _staged(self, tag: str) -> None:
         if self._on_audit is not None:

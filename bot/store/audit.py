@@ -76,6 +76,7 @@ from bot.store.audit_verify import Broken, Problem, VerifyReport, walk
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import translated
 from bot.store.keys import Keys
+from bot.store.lua import Lua
 
 __all__ = [  # the names writers, the CLI and the Slack edge use come from here
     "ACTOR_BOT",
@@ -233,6 +234,11 @@ class AuditQuery(TypedDict, total=False):
 class AuditLog:
     """Chain staged entries, append facts Redis does not hold, trim, read and verify."""
 
+    _chain = Lua(_CHAIN)
+    _pop = Lua(_POP_IF_FIRST)
+    _drop = Lua(_DROP_HINT)
+    _trim = Lua(_TRIM)
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -251,10 +257,6 @@ class AuditLog:
         # This process's publishers take turns: they would only make each other's head
         # move (one chain, one head), and Redis runs them one at a time anyway.
         self._chaining = asyncio.Lock()
-        self._chain = redis.register_script(_CHAIN)
-        self._pop = redis.register_script(_POP_IF_FIRST)
-        self._drop = redis.register_script(_DROP_HINT)
-        self._trim = redis.register_script(_TRIM)
 
     # -- for writers ---------------------------------------------------------------------
     def outbox_key(self, tag: str) -> str:

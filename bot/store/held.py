@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 from bot.store.connection import reply_text, translated
 from bot.store.jobs import job_prefixes
 from bot.store.keys import Keys, Thread
+from bot.store.lua import Lua
 
 LookKind = Literal["live", "duplicate", "new", "conversation"]
 
@@ -60,9 +61,11 @@ class Look:
 class HeldMessages:
     """The look at a thread before a message is received (see the module docstring)."""
 
+    _script = Lua(_LOOK)
+
     def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
+        self._redis = redis
         self._keys = keys
-        self._script = redis.register_script(_LOOK)
 
     async def look(self, thread: Thread, *, ts: str) -> Look:
         keys = self._keys

@@ -50,6 +50,7 @@ from bot.store.buckets import due_in_buckets
 from bot.store.connection import StoreConflict, translated
 from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.keys import JOB_TTL_S, TRACE_TTL_S, Keys, Thread, bucket_of, job_bucket, thread_of
+from bot.store.lua import Lua
 from bot.store.staging import AuditNotify
 from bot.store.trace import MAX_TRACE_ENTRIES
 
@@ -190,6 +191,12 @@ return n
 class Jobs:
     """Create, read and change jobs; keep the scanner's index of live jobs."""
 
+    _cas = Lua(_CAS)
+    _finish = Lua(_FINISH)
+    _attempt = Lua(_ATTEMPT)
+    _create = Lua(_CREATE)
+    _cancel = Lua(_CANCEL)
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -201,11 +208,6 @@ class Jobs:
         self._redis = redis
         self._keys = keys
         self._now = now
-        self._cas = redis.register_script(_CAS)
-        self._finish = redis.register_script(_FINISH)
-        self._attempt = redis.register_script(_ATTEMPT)
-        self._create = redis.register_script(_CREATE)
-        self._cancel = redis.register_script(_CANCEL)
         self._on_audit = on_audit
 
     async def create(

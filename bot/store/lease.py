@@ -29,6 +29,7 @@ from bot.store.connection import translated
 from bot.store.failover import retried
 from bot.store.jobs import JobRecord
 from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread, thread_of
+from bot.store.lua import Lua
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +114,15 @@ class TakenJob:
 
 
 class Leases:
+    _acquire = Lua(_ACQUIRE)
+    _renew = Lua(_RENEW)
+    _release = Lua(_RELEASE)
+    _acquire_job = Lua(_ACQUIRE_JOB)
+
     def __init__(self, redis: aioredis.Redis, keys: Keys, *, ttl_ms: int = LEASE_TTL_MS) -> None:
         self._redis = redis
         self._keys = keys
         self._ttl_ms = ttl_ms
-        self._acquire = redis.register_script(_ACQUIRE)
-        self._renew = redis.register_script(_RENEW)
-        self._release = redis.register_script(_RELEASE)
-        self._acquire_job = redis.register_script(_ACQUIRE_JOB)
 
     async def acquire(self, thread: Thread, owner: str | None = None) -> Lease | None:
         """The lease with a new, higher fencing token, or ``None`` if someone holds it."""

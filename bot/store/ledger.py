@@ -48,6 +48,7 @@ from bot.store.audit import (
 from bot.store.connection import translated
 from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.keys import Keys, thread_of
+from bot.store.lua import Lua
 from bot.store.replicas import (
     NONE,
     NotReplicated,
@@ -200,6 +201,10 @@ def _parse(key: str, raw: str) -> LedgerRecord:
 class RedisLedger:
     """Records mutating calls so that a crash never re-runs a write blindly."""
 
+    _begin = Lua(_BEGIN)
+    _finish = Lua(_FINISH)
+    _withdraw = Lua(_WITHDRAW)
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -219,9 +224,6 @@ class RedisLedger:
         self._now = now
         self._on_audit = on_audit
         self._actor = actor
-        self._begin = redis.register_script(_BEGIN)
-        self._finish = redis.register_script(_FINISH)
-        self._withdraw = redis.register_script(_WITHDRAW)
 
     async def stream_offset(self, key: str) -> int:
         """Where the replication stream of the master holding ``key``'s entry is now."""

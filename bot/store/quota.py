@@ -45,6 +45,7 @@ from bot.store.cap_status import CapStatus as CapStatus
 from bot.store.cap_status import utc_day as utc_day
 from bot.store.connection import hash_reply, reply_text, translated
 from bot.store.keys import QUOTA_TAG, Keys
+from bot.store.lua import Lua
 from bot.store.quota_scripts import ADMIT, ADMIT_RATE, RAISE, RESERVE, SETTLE
 
 DAY_TTL_S = 4 * 24 * 3600  # a day's counters outlive it: late settles, status, the CLI
@@ -85,6 +86,10 @@ class DailyCaps:
     tokens only: it is refused only when the dollar cap is already reached, since its
     cost cannot be known."""
 
+    _reserve = Lua(RESERVE)
+    _settle = Lua(SETTLE)
+    _raise = Lua(RAISE)
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -102,9 +107,6 @@ class DailyCaps:
         self.cost_usd = cost_usd
         self._base_c = None if cost_usd is None else to_micro(cost_usd)
         self.now = now
-        self._reserve = redis.register_script(RESERVE)
-        self._settle = redis.register_script(SETTLE)
-        self._raise = redis.register_script(RAISE)
 
     def day_key(self, day: str) -> str:
         return day_key(self._keys, day)
@@ -240,6 +242,8 @@ class JobRate:
     """How many jobs each person may start in any hour (a sliding window, see the module
     docstring); ``per_hour=0``: no rate."""
 
+    _script = Lua(ADMIT_RATE)
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -254,7 +258,6 @@ class JobRate:
         self.per_hour = per_hour
         self.window_s = window_s
         self.now = now
-        self._script = redis.register_script(ADMIT_RATE)
 
     def user_key(self, user: str) -> str:
         return jobs_key(self._keys, user)
@@ -329,6 +332,8 @@ class JobAdmission:
     not exceeded, checked and counted in one script (the ack path's one extra round
     trip). Either part may be absent."""
 
+    _script = Lua(ADMIT)
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -338,11 +343,11 @@ class JobAdmission:
         rate: JobRate | None,
         now: Callable[[], float] = time.time,
     ) -> None:
+        self._redis = redis
         self._keys = keys
         self.caps = caps
         self.rate = rate
         self.now = now
-        self._script = redis.register_script(ADMIT)
 
     @property
     def active(self) -> bool:

@@ -43,6 +43,7 @@ from bot.store.failover import retried
 from bot.store.inject import APPEND_STEPS, GROUP
 from bot.store.jobs import JobLimits, JobRecord, JobStatus, job_prefixes, new_job
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, Keys, Thread
+from bot.store.lua import Lua
 from bot.store.replicas import NONE, Replication, replicated
 
 Outcome = Literal["created", "joined", "duplicate", "ignored"]
@@ -125,6 +126,9 @@ class Receipt:
 class Receipts:
     """Everything written to the threads' inject streams (see the module docstring)."""
 
+    _script = Lua(_RECEIVE)
+    _append = Lua(_APPEND)
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -137,8 +141,6 @@ class Receipts:
         self._keys = keys
         self._now = now
         self._replication = replication
-        self._script = redis.register_script(_RECEIVE)
-        self._append = redis.register_script(_APPEND)
 
     async def receive(
         self,

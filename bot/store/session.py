@@ -29,6 +29,7 @@ from bot.store.inject import InjectReader
 from bot.store.jobs import JobRecord
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, TRACE_TTL_S, Keys
 from bot.store.lease import Lease
+from bot.store.lua import Lua
 from bot.store.trace import MAX_TRACE_ENTRIES, TraceRecorder
 
 # KEYS: job hash, history list, trace list.
@@ -65,6 +66,8 @@ return 1
 class JobSession:
     """The store's side of one run of one job, under a held lease."""
 
+    _script = Lua(_CHECKPOINT)
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -85,7 +88,6 @@ class JobSession:
         self._trace = trace
         self._on_cancel = on_cancel
         self._now = now
-        self._script = redis.register_script(_CHECKPOINT)
 
     async def checkpoint(self, state: RunState) -> None:
         """Make the step durable (the core's ``on_checkpoint``)."""
