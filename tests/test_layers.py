@@ -2,12 +2,12 @@
 
 Every module of ``bot/`` and ``tools/`` is parsed with ``ast`` (nothing is imported or
 run) and each of its imports — at the top or inside a function, relative or absolute,
-``importlib.import_module("x")`` with a literal name — is checked against ``ALLOWED``:
-a room may import itself and the rooms listed for it, nothing else. Dependencies point
-down: agent ← records ← store; agent ← alerts (the webhook's values); agent ← llm, store,
-tools, alerts ← turns ← slack ← the composition root and the CLI. The records (``bot.records``: jobs, approvals, ledger entries, threads)
-are the values the store keeps and the edge shows; the edge imports them, and no module
-of the store.
+``importlib.import_module("x")`` with a literal name — is checked against ``ALLOWED``: a
+room may import itself and the rooms listed for it, nothing else. Dependencies point
+down: agent ← records ← store; agent ← alerts (the webhook's values); agent ← llm,
+store, tools, alerts ← turns ← slack ← the composition root and the CLI. The records
+(``bot.records``: jobs, approvals, ledger entries, threads) are the values the store
+keeps and the edge shows; the edge imports them, and no module of the store.
 Nothing in the product imports the emulator (``bot.emulator``: the imitations of Slack,
 the model providers and redis-server that the dev mode and the tests stand up), and no
 two modules import each other, directly or round a longer cycle.
