@@ -46,7 +46,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -182,42 +182,34 @@ def soak_tools(tmp: Path) -> tuple[str, Path]:
     return path, log
 
 
+@dataclass(eq=False, kw_only=True)
 class Soak:
-    def __init__(
-        self,
-        *,
-        slack: FakeSlack,
-        model: ScriptedModel,
-        target: Target,
-        folder: Path,
-        env: Callable[[Mapping[str, str]], dict[str, str]],
-        bots: int,
-        jobs: int,
-        rate: float,
-        chaos: Chaos,
-        settle_s: float,
-        seed: int,
-        budget_s: float | None = None,
-    ) -> None:
-        self.slack = slack
-        self.model = model
-        self.target = target
-        self.folder = folder
-        self.env = env
-        self.n_bots = bots
-        self.n_jobs = jobs
-        self.rate = rate
-        self.chaos = chaos
-        self.settle_s = settle_s
-        self.budget_s = budget_s  # the bots' start, the jobs and the settling, at most
-        self.phase = "not started"
-        self.random = random.Random(seed)
-        self.policy = _Model()
-        self.bots: list[BotProcess] = []  # started (answered /healthz), the soak's to use
-        self.procs: list[BotProcess] = []  # every process spawned, to stop and report on
-        self.threads: list[_Thread] = []
-        self.report = Report()
-        self.tools, self.log = soak_tools(folder)
+    """One soak (see the module docstring): ``bots`` processes, ``jobs`` jobs at ``rate``
+    a second, ``chaos`` meanwhile, ``settle_s`` for the last ones to end; ``seed`` makes
+    the choices (which process, when things break) repeatable."""
+
+    slack: FakeSlack
+    model: ScriptedModel
+    target: Target
+    folder: Path
+    env: Callable[[Mapping[str, str]], dict[str, str]]
+    bots: int
+    jobs: int
+    rate: float
+    chaos: Chaos
+    settle_s: float
+    seed: InitVar[int]
+    budget_s: float | None = None  # the bots' start, the jobs and the settling, at most
+    phase: str = field(default="not started", init=False)
+    policy: _Model = field(default_factory=_Model, init=False)
+    started: list[BotProcess] = field(default_factory=list, init=False)  # answered /healthz
+    procs: list[BotProcess] = field(default_factory=list, init=False)  # every one spawned
+    threads: list[_Thread] = field(default_factory=list, init=False)
+    report: Report = field(default_factory=Report, init=False)
+
+    def __post_init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.tools, self.log = soak_tools(self.folder)
 
     # -- bots ---------------------------------------------------------------------
     def _bot_env(self) -> dict[str, str]:
@@ -235,11 +227,11 @@ class Soak:
         proc = BotProcess(self._bot_env(), self.folder / "bots")
         self.procs.append(proc)  # stopped at the end even if its start is cut short
         await proc.start()
-        self.bots.append(proc)
+        self.started.append(proc)
         return proc
 
     def _live(self) -> list[BotProcess]:
-        return [b for b in self.bots if b.running]
+        return [b for b in self.started if b.running]
 
     async def _deliver(self, body_of: Callable[[], bytes]) -> None:
         """Slack's delivery: again (same event id) until a 200, a bounded number of times."""
@@ -248,7 +240,7 @@ class Soak:
             live = self._live()
             if live:
                 with contextlib.suppress(Exception):
-                    status, _ = await self.random.choice(live).post_event(body)
+                    status, _ = await self.rng.choice(live).post_event(body)
                     if status == 200:
                         return
             self.report.redeliveries += 1
@@ -332,7 +324,7 @@ class Soak:
             card.as_slack(), CHANNEL, APPROVER, self.slack.api_url + "response", text="Approve"
         )
         with contextlib.suppress(Exception):
-            await self.random.choice(live).post_event(body)
+            await self.rng.choice(live).post_event(body)
 
     # -- chaos --------------------------------------------------------------------
     async def _chaos(self, span_s: float) -> None:
@@ -343,7 +335,7 @@ class Soak:
             ("model", self.chaos.model_bursts),
             ("slack", self.chaos.slack_bursts),
         ):
-            events += [(self.random.uniform(0.15, 0.85) * span_s, kind) for _ in range(count)]
+            events += [(self.rng.uniform(0.15, 0.85) * span_s, kind) for _ in range(count)]
         started = time.monotonic()
         for at, kind in sorted(events):
             await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
@@ -353,7 +345,7 @@ class Soak:
         if kind == "kill":
             live = self._live()
             if len(live) > 1:
-                victim = self.random.choice(live)
+                victim = self.rng.choice(live)
                 await victim.kill()
                 self.report.kills += 1
                 await asyncio.sleep(1.0)
@@ -407,14 +399,14 @@ class Soak:
     async def _drive(self, tasks: list[asyncio.Task[None]]) -> None:
         """Start the bots, send the jobs while the chaos happens, wait for them to settle."""
         self.phase = "starting the bots"
-        for _ in range(self.n_bots):
+        for _ in range(self.bots):
             await self._start_bot()
         self.phase = "sending the jobs"
-        span = self.n_jobs / self.rate
+        span = self.jobs / self.rate
         chaos = asyncio.create_task(self._chaos(span))
         tasks.append(chaos)
         jobs = []
-        for n in range(1, self.n_jobs + 1):
+        for n in range(1, self.jobs + 1):
             jobs.append(asyncio.create_task(self._one_job(n)))
             tasks.append(jobs[-1])
             await asyncio.sleep(1 / self.rate)

@@ -30,6 +30,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -58,32 +59,21 @@ Background = Callable[[Coroutine[Any, Any, Any], str], None]
 WaitingReply = Callable[[Thread, str, str], Coroutine[Any, Any, None]]  # thread, job, reply ts
 
 
+@dataclass(eq=False, kw_only=True)
 class Messages:
     """The ``app_mention`` and ``message`` listeners."""
 
-    def __init__(
-        self,
-        *,
-        client: AsyncWebClient,
-        turns: Turns,
-        identity: BotIdentity,
-        schedule: Callable[[str], None],
-        allowed_bots: frozenset[str],
-        context_timeout_s: float = CONTEXT_TIMEOUT_S,
-        approvers: Sequence[str] = (),
-        background: Background | None = None,
-    ) -> None:
-        self.client = client
-        self.turns = turns
-        self.identity = identity
-        self.schedule = schedule
-        self.allowed_bots = allowed_bots
-        self.context_timeout_s = context_timeout_s
-        self.approvers = approvers  # named in the daily cap's refusal
-        self._background = background
-        self._tasks: set[asyncio.Task[Any]] = set()
-        # A reply to a job waiting for approval, shown on its card (``bot.slack.actions``).
-        self.on_waiting_reply: WaitingReply | None = None
+    client: AsyncWebClient
+    turns: Turns
+    identity: BotIdentity
+    schedule: Callable[[str], None]
+    allowed_bots: frozenset[str]
+    context_timeout_s: float = CONTEXT_TIMEOUT_S
+    approvers: Sequence[str] = ()  # named in the daily cap's refusal
+    background: Background | None = None
+    # A reply to a job waiting for approval, shown on its card (``bot.slack.actions``).
+    on_waiting_reply: WaitingReply | None = field(default=None, init=False)
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
 
     async def _author(self, event: dict[str, Any]) -> str | None:
         """Who a message that may start or enter a job is from, or ``None`` when it must
@@ -173,8 +163,8 @@ class Messages:
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """Slack calls after the ack (the process's background tasks when given)."""
-        if self._background is not None:
-            self._background(coro, name)
+        if self.background is not None:
+            self.background(coro, name)
             return
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)

@@ -46,7 +46,7 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.events import Event
-from bot.agent.ports import Clock
+from bot.agent.ports import Clock, LoopClock
 from bot.agent.state import RunResult, StopReason
 from bot.records import JobRecord
 from bot.slack.answers import answer_messages
@@ -61,7 +61,7 @@ from bot.slack.outputs import CUT_AFTER
 from bot.slack.posting import post_in_thread, post_patiently
 from bot.slack.run_steps import RunSteps
 from bot.slack.streaming import AnswerStream, Pacing
-from bot.slack.thread_status import StatusSwitch, ThreadStatus
+from bot.slack.thread_status import ASSISTANT_STATUS, StatusSwitch, ThreadStatus
 from bot.slack.updates import UpdateBudget, budget_sender, edit_urgently
 
 __all__ = ["JobProgress", "budget_sender", "post_patiently"]
@@ -114,7 +114,11 @@ class JobProgress:
         self.status = LiveStatus(self.face)
         self.steps = RunSteps(self.face, task_display=task_display)
         self.thread_status = ThreadStatus(
-            client, record.channel, record.thread_ts, switch=status_switch, clock=clock
+            client,
+            record.channel,
+            record.thread_ts,
+            switch=status_switch or ASSISTANT_STATUS,
+            clock=clock or LoopClock(),
         )
         self._held_note: str | None = None  # a note before calls, until they are known
         self._shown_note: AnswerStream | None = None  # the same, shown as its own message

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -106,8 +106,9 @@ class Messages(Protocol):
 
     client: AsyncWebClient
     turns: Turns
-    schedule: Callable[[str], None]
     approvers: Sequence[str]
+
+    def schedule(self, job_id: str) -> None: ...
 
     async def thread_context(self, thread: Thread, window: ContextWindow) -> str | None: ...
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import KW_ONLY, dataclass, field
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -22,12 +23,12 @@ STATUS_EVERY_S = 3.0
 STATUS_CLEAR_TIMEOUT_S = 5.0
 
 
+@dataclass(eq=False)
 class StatusSwitch:
     """Whether ``assistant.threads.setStatus`` is worth calling: off for good after a failure."""
 
-    def __init__(self) -> None:
-        self.on = True
-        self.reason: str | None = None
+    on: bool = True
+    reason: str | None = None
 
     def turn_off(self, reason: str) -> None:
         if self.on:
@@ -39,32 +40,24 @@ class StatusSwitch:
 ASSISTANT_STATUS = StatusSwitch()  # the process's
 
 
+@dataclass(eq=False)
 class ThreadStatus:
     """The assistant status under a thread (``is running check_host…``), best effort: at
     most one call per ``every_s`` (the newest status wins), cleared at once at the end, and
     never called again in the process once a call failed."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        channel: str,
-        thread_ts: str,
-        *,
-        switch: StatusSwitch | None = None,
-        clock: Clock | None = None,
-        every_s: float = STATUS_EVERY_S,
-    ) -> None:
-        self._client = client
-        self.channel = channel
-        self.thread_ts = thread_ts
-        self.switch = switch or ASSISTANT_STATUS
-        self._clock: Clock = clock or LoopClock()
-        self._every = every_s
-        self._wanted: str | None = None
-        self._last_call: float | None = None
-        self._closing = False
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+    client: AsyncWebClient
+    channel: str
+    thread_ts: str
+    _: KW_ONLY
+    switch: StatusSwitch = ASSISTANT_STATUS
+    clock: Clock = field(default_factory=LoopClock)
+    every_s: float = STATUS_EVERY_S
+    _wanted: str | None = field(default=None, init=False)
+    _last_call: float | None = field(default=None, init=False)
+    _closing: bool = field(default=False, init=False)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
 
     def show(self, status: str) -> None:
         """Set the status soon (synchronous, never raises)."""
@@ -103,11 +96,11 @@ class ThreadStatus:
                         return
                     await self._wake.wait()
                     continue
-                now = self._clock.monotonic()
+                now = self.clock.monotonic()
                 if not self._closing and self._last_call is not None:
-                    wait = self._last_call + self._every - now
+                    wait = self._last_call + self.every_s - now
                     if wait > 0:
-                        timer = self._clock.call_later(wait, self._wake.set)
+                        timer = self.clock.call_later(wait, self._wake.set)
                         try:
                             await self._wake.wait()
                         finally:
@@ -115,7 +108,7 @@ class ThreadStatus:
                         continue
                 self._wanted, self._last_call = None, now
                 try:
-                    await self._client.assistant_threads_setStatus(
+                    await self.client.assistant_threads_setStatus(
                         channel_id=self.channel, thread_ts=self.thread_ts, status=wanted
                     )
                 except Exception as exc:
