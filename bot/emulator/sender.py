@@ -46,7 +46,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import urlencode
 
 import aiohttp
@@ -184,6 +184,15 @@ def app_home_opened(*, user: str, channel: str, tab: str = "home") -> dict[str, 
     }
 
 
+class EnvelopeOptions(TypedDict, total=False):
+    """What an envelope says beside its event: the workspace and app it is for and when
+    the event happened (by default :func:`envelope`'s: the fake workspace, the app, now)."""
+
+    team: str
+    api_app_id: str
+    event_time: int | None
+
+
 def envelope(
     event: Mapping[str, Any],
     event_id: str | None = None,
@@ -216,16 +225,10 @@ def envelope(
 
 
 def event_body(
-    event: Mapping[str, Any],
-    event_id: str | None = None,
-    *,
-    team: str = TEAM_ID,
-    api_app_id: str = APP_ID,
-    event_time: int | None = None,
+    event: Mapping[str, Any], event_id: str | None = None, **options: Unpack[EnvelopeOptions]
 ) -> bytes:
     """:func:`envelope` as the JSON bytes Slack posts."""
-    wrapped = envelope(event, event_id, team=team, api_app_id=api_app_id, event_time=event_time)
-    return json.dumps(wrapped).encode()
+    return json.dumps(envelope(event, event_id, **options)).encode()
 
 
 def find_button(
@@ -473,6 +476,7 @@ __all__ = [
     "USER_AGENT",
     "VERIFICATION_TOKEN",
     "Delivery",
+    "EnvelopeOptions",
     "app_home_opened",
     "assistant_thread_event",
     "block_actions",

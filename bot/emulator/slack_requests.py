@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from bot.emulator import sender
 from bot.emulator.sender import FORM, JSON
@@ -126,14 +126,12 @@ def event_body(
     event: Mapping[str, Any],
     *,
     event_id: str | None = None,
-    team: str = TEAM_ID,
-    api_app_id: str = APP_ID,
-    event_time: int | None = None,
+    **options: Unpack[sender.EnvelopeOptions],
 ) -> bytes:
-    """The ``event_callback`` envelope around ``event``, as the JSON bytes Slack posts."""
-    return sender.event_body(
-        event, event_id, team=team, api_app_id=api_app_id, event_time=event_time
-    )
+    """The ``event_callback`` envelope around ``event`` (for the app ``APP_ID`` unless
+    told), as the JSON bytes Slack posts."""
+    options.setdefault("api_app_id", APP_ID)
+    return sender.event_body(event, event_id, **options)
 
 
 def url_verification_body(challenge: str) -> bytes:

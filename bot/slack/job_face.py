@@ -19,17 +19,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.ports import Clock
 from bot.records import JobRecord
 from bot.slack.names import Names
-from bot.slack.streaming import Pacing, StreamOptions
+from bot.slack.streaming import Pacing, StreamPlace
 from bot.slack.updates import UpdateBudget
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
-
-
-class StreamPlace(StreamOptions, total=True):
-    """A stream's thread with its options, as ``AnswerStream`` and ``JobStream`` take them."""
-
-    channel: str
-    thread_ts: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

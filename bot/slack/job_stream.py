@@ -14,11 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.answers import partial_answer
 from bot.slack.client import error_code
-from bot.slack.streaming import (
-    Mode,
-    PacedWorker,
-    StreamOptions,
-)
+from bot.slack.streaming import Mode, PacedWorker, StreamPlace
 from bot.slack.task_cards import (
     CHUNK_REFUSALS,
     DISPLAY_MODES,
@@ -62,15 +58,13 @@ class JobStream(PacedWorker):
         client: AsyncWebClient,
         budget: UpdateBudget,
         *,
-        channel: str,
-        thread_ts: str,
         recipient_user_id: str,
         recipient_team_id: str,
         display: str = "timeline",
         cards: TaskCards | None = None,
-        **options: Unpack[StreamOptions],
+        **place: Unpack[StreamPlace],
     ) -> None:
-        super().__init__(client, budget, channel=channel, thread_ts=thread_ts, **options)
+        super().__init__(client, budget, **place)
         self._recipients = (recipient_user_id, recipient_team_id)
         self.display = display if display in DISPLAY_MODES else "timeline"
         self.cards = cards or TASK_CARDS

@@ -88,6 +88,13 @@ class StreamOptions(TypedDict, total=False):
     names: Names | None
 
 
+class StreamPlace(StreamOptions, total=True):
+    """A stream's thread with its options, as every stream takes them."""
+
+    channel: str
+    thread_ts: str
+
+
 class PacedWorker:
     """The worker both streams share: one task per stream that runs ``_step`` whenever
     something changed (``_poke``) or the delay ``_step`` asked for has passed, and
@@ -100,21 +107,15 @@ class PacedWorker:
     _what = "the response"  # for the log, "showing … in <channel> failed"
 
     def __init__(
-        self,
-        client: AsyncWebClient,
-        budget: UpdateBudget,
-        *,
-        channel: str,
-        thread_ts: str,
-        **options: Unpack[StreamOptions],
+        self, client: AsyncWebClient, budget: UpdateBudget, **place: Unpack[StreamPlace]
     ) -> None:
         self._client = client
         self._budget = budget
-        self.channel = channel
-        self.thread_ts = thread_ts
-        self.pacing = options.get("pacing") or Pacing()
-        self._clock: Clock = options.get("clock") or LoopClock()
-        self._names = options.get("names")
+        self.channel = place["channel"]
+        self.thread_ts = place["thread_ts"]
+        self.pacing = place.get("pacing") or Pacing()
+        self._clock: Clock = place.get("clock") or LoopClock()
+        self._names = place.get("names")
         self.mode = Mode.WAITING
         self.ts: str | None = None  # the message showing the stream, once there is one
         self.fallback: str | None = None  # why chat streaming was left, if it was
@@ -261,14 +262,12 @@ class AnswerStream(PacedWorker):
         client: AsyncWebClient,
         budget: UpdateBudget,
         *,
-        channel: str,
-        thread_ts: str,
         iteration: int = 0,
         recipient_user_id: str | None = None,
         recipient_team_id: str | None = None,
-        **options: Unpack[StreamOptions],
+        **place: Unpack[StreamPlace],
     ) -> None:
-        super().__init__(client, budget, channel=channel, thread_ts=thread_ts, **options)
+        super().__init__(client, budget, **place)
         self.iteration = iteration
         self._recipients = (
             (recipient_user_id, recipient_team_id)
