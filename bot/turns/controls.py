@@ -271,19 +271,33 @@ class Controls:
                 "to": getattr(limits, field_name),
             },
         )
-        try:
-            return await self.jobs.save(
-                record,
-                JobStatus.RUNNING,
-                fence=record.fence,
-                via="raise",
-                audit=entry,
-                limits=limits,
-                raises=raises,
-                stop_reason=None,
-            )
-        except StoreConflict:
-            return "someone else continued or changed this job first"
+        return await run_again(self.jobs, record, raises, audit=entry, limits=limits)
+
+
+async def run_again(
+    jobs: Jobs,
+    record: JobRecord,
+    raises: list[LimitRaise],
+    *,
+    audit: AuditEntry | None = None,
+    **update: object,
+) -> JobRecord | str:
+    """A job a limit stopped, made runnable again with ``raises`` (and ``update``: the
+    raised limits, if any); why not when someone else continued or changed it first.
+    Continue's path, and the workspace cap's (``bot.turns.spend``)."""
+    try:
+        return await jobs.save(
+            record,
+            JobStatus.RUNNING,
+            fence=record.fence,
+            via="raise",
+            audit=audit,
+            raises=raises,
+            stop_reason=None,
+            **update,
+        )
+    except StoreConflict:
+        return "someone else continued or changed this job first"
 
 
 def _audit(

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 from bot.agent.ports import WORKSPACE_CAP, SpendHold, SpendRefused
 from bot.store.audit_entry import AuditEntry, staged_json
-from bot.store.connection import StoreConflict
 from bot.store.jobs import JobRecord, Jobs, JobStatus, LimitRaise
 from bot.store.keys import QUOTA_TAG
 from bot.store.quota import CapStatus, DailyCaps, NotReached, Raised, utc_day
 from bot.store.staging import AuditNotify
+from bot.turns.controls import run_again
 
 log = logging.getLogger(__name__)
 
@@ -154,15 +154,5 @@ async def continue_capped(
     if caps is not None:
         raised = await raise_workspace_cap(caps, by, job=record, seq=seq, on_audit=on_audit)
     raises = [*record.raises, LimitRaise(limit="tokens", amount=0, by=by, at=time.time())]
-    try:
-        saved = await jobs.save(
-            record,
-            JobStatus.RUNNING,
-            fence=record.fence,
-            via="raise",
-            raises=raises,
-            stop_reason=None,
-        )
-    except StoreConflict:
-        return "someone else continued or changed this job first"
-    return CapContinued(saved, raised)
+    saved = await run_again(jobs, record, raises)
+    return saved if isinstance(saved, str) else CapContinued(saved, raised)
