@@ -19,35 +19,14 @@ class DeclaredTool:
     def __init__(self, spec: ToolSpecBase, *, source: str) -> None:
         self.spec = spec
         self.source = source  # the file it came from, for listings and logs
-        self._args_model = args_model(spec.name, spec.params)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def description(self) -> str:
-        return self.spec.description
-
-    @property
-    def category(self) -> Category:
-        return self.spec.category
-
-    @property
-    def parallel(self) -> bool:
-        return self.spec.parallel
-
-    @property
-    def timeout(self) -> float:
-        return self.spec.timeout
-
-    @property
-    def output_bound(self) -> int:
-        return self.spec.output_bound
-
-    @property
-    def args_model(self) -> type[BaseModel]:
-        return self._args_model
+        # What the core reads of a tool (``bot.agent.tools.Tool``), as declared.
+        self.name: str = spec.name
+        self.description: str = spec.description
+        self.category: Category = spec.category
+        self.parallel: bool = spec.parallel
+        self.timeout: float = spec.timeout
+        self.output_bound: int = spec.output_bound
+        self.args_model: type[BaseModel] = args_model(spec.name, spec.params)
 
     def values(self, args: BaseModel, ctx: CallContext) -> dict[str, Any]:
         """Template values: the validated arguments plus ``confirmed_by`` and
