@@ -15,7 +15,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from bot.errors import StoreError
@@ -23,8 +22,8 @@ from bot.records import ApprovalRecord
 from bot.store.approval_scripts import TAKE_DUE, TAKE_FOR
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import translated
-from bot.store.keys import BUCKETS, Keys, job_bucket
-from bot.store.lua import Lua
+from bot.store.keys import BUCKETS, job_bucket
+from bot.store.redis_store import Lua, RedisStore
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +41,11 @@ def parse_index_member(member: str) -> tuple[str, str]:
     return job_id, call_id
 
 
-class ApprovalIndex:
+class ApprovalIndex(RedisStore):
     """List the approvals past their expiry, and hand out due reminders and card edits."""
 
     _take = Lua(TAKE_DUE)
     _take_for = Lua(TAKE_FOR)
-
-    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
-        self._redis = redis
-        self._keys = keys
 
     async def due(self, now: float, limit: int = 100) -> list[tuple[str, str]]:
         """``(job_id, call_id)`` of approvals whose expiry has come, oldest first.
@@ -59,7 +54,7 @@ class ApprovalIndex:
         drops the hint) if the approval was decided meanwhile.
         """
         members = await due_in_buckets(
-            self._redis, "approval due", self._keys.approval_expiries, now, limit
+            self.redis, "approval due", self.keys.approval_expiries, now, limit
         )
         return [parse_index_member(m) for m in members]
 
@@ -68,7 +63,7 @@ class ApprovalIndex:
         to exactly one caller (taken out of the index in the same script). A hint: the
         caller checks the approval is still pending."""
         members = await self._take_each(
-            "approval reminders", self._take, self._keys.approval_reminders, [repr(now), limit]
+            "approval reminders", self._take, self.keys.approval_reminders, [repr(now), limit]
         )
         return [parse_index_member(m) for m in members]
 
@@ -86,7 +81,7 @@ class ApprovalIndex:
         members = await self._take_each(
             "approval card edits",
             self._take_for,
-            self._keys.card_edits,
+            self.keys.card_edits,
             [repr(now - grace_s), repr(now + retry_s), limit],
         )
         return [parse_index_member(m) for m in members]
@@ -115,8 +110,8 @@ class ApprovalIndex:
             await self._unindex(record.job_id, record.call_id)
             return
         async with translated("approval index"):
-            await self._redis.zadd(
-                self._keys.approval_expiries(job_bucket(record.job_id)),
+            await self.redis.zadd(
+                self.keys.approval_expiries(job_bucket(record.job_id)),
                 {member: record.expires_at},
             )
 
@@ -125,9 +120,9 @@ class ApprovalIndex:
         try:
             async with translated("approval unindex"):
                 member, bucket = index_member(job_id, call_id), job_bucket(job_id)
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    pipe.zrem(self._keys.approval_expiries(bucket), member)
-                    pipe.zrem(self._keys.approval_reminders(bucket), member)
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.zrem(self.keys.approval_expiries(bucket), member)
+                    pipe.zrem(self.keys.approval_reminders(bucket), member)
                     await pipe.execute()
         except StoreError:
             log.warning("could not drop the expiry hint of %s/%s", job_id, call_id, exc_info=True)

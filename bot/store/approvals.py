@@ -51,8 +51,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-
 from bot.agent.ports import Approved, Denied
 from bot.errors import StoreError
 from bot.records import ApprovalRecord as ApprovalRecord
@@ -67,8 +65,8 @@ from bot.store.approval_scripts import CLAIM_CARD, CREATE, DECIDE, SET_FIELD
 from bot.store.audit import OUTBOX_TTL_S, tag_of_job
 from bot.store.connection import hash_reply, translated
 from bot.store.failover import retried
-from bot.store.keys import Keys, bucket_of, job_bucket
-from bot.store.lua import Lua
+from bot.store.keys import bucket_of, job_bucket
+from bot.store.redis_store import Lua
 from bot.store.replicas import NONE, NotReplicated, Replication, replicated_reply
 from bot.store.staging import AuditNotify
 
@@ -151,31 +149,22 @@ def refusal_text(record: ApprovalRecord) -> str:
     return f"already {record.status}{by}"
 
 
+@dataclass(eq=False, kw_only=True)
 class Approvals(ApprovalIndex):
     """Create, read and decide approvals; keep their cards' bookkeeping. The scans of
     the ones due (expiries, reminders, card edits) are ``ApprovalIndex``'s."""
+
+    on_audit: AuditNotify | None = None
+    replication: Replication = NONE  # the replicas a decision waits for (bot.store.replicas)
 
     _create = Lua(CREATE)
     _decide = Lua(DECIDE)
     _set_field = Lua(SET_FIELD)
     _claim_card = Lua(CLAIM_CARD)
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        *,
-        on_audit: AuditNotify | None = None,
-        replication: Replication = NONE,
-    ) -> None:
-        """``replication``: the replicas a decision waits for (``bot.store.replicas``)."""
-        super().__init__(redis, keys)
-        self._on_audit = on_audit
-        self._replication = replication
-
     def _staged(self, tag: str) -> None:
-        if self._on_audit is not None:
-            self._on_audit(tag)
+        if self.on_audit is not None:
+            self.on_audit(tag)
 
     async def create(
         self, record: ApprovalRecord, *, remind_at: float | None = None
@@ -188,7 +177,7 @@ class Approvals(ApprovalIndex):
         """
         if record.status != "pending" or record.decided_by or record.decided_at is not None:
             raise ValueError("a new approval must be pending and undecided")
-        key = self._keys.approval(record.job_id, record.call_id)
+        key = self.keys.approval(record.job_id, record.call_id)
         member = index_member(record.job_id, record.call_id)
         data = record.model_dump_json(exclude=set(_MUTABLE))
         ttl = max(1, math.ceil(record.expires_at - record.requested_at)) + APPROVAL_RETENTION_S
@@ -198,16 +187,14 @@ class Approvals(ApprovalIndex):
             # The hints first: a crash before the record leaves a stale member, which the
             # scanner drops; the other order could leave a card nobody ever expires (or an
             # audit entry nobody chains).
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zadd(
-                    self._keys.approval_expiries(bucket), {member: record.expires_at}, nx=True
-                )
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zadd(self.keys.approval_expiries(bucket), {member: record.expires_at}, nx=True)
                 if remind_at is not None and remind_at < record.expires_at:
-                    pipe.zadd(self._keys.approval_reminders(bucket), {member: remind_at}, nx=True)
-                pipe.zadd(self._keys.audit_pending_of(tag), {tag: record.requested_at})
+                    pipe.zadd(self.keys.approval_reminders(bucket), {member: remind_at}, nx=True)
+                pipe.zadd(self.keys.audit_pending_of(tag), {tag: record.requested_at})
                 await pipe.execute()
             stored = await self._create(
-                keys=[key, self._keys.audit_outbox(tag)],
+                keys=[key, self.keys.audit_outbox(tag)],
                 args=[
                     record.args_hash,
                     repr(record.expires_at),
@@ -228,7 +215,7 @@ class Approvals(ApprovalIndex):
     async def get(self, job_id: str, call_id: str) -> ApprovalRecord | None:
         async def attempt() -> dict[str, str]:
             async with translated("approval get"):
-                got = await self._redis.hgetall(self._keys.approval(job_id, call_id))
+                got = await self.redis.hgetall(self.keys.approval(job_id, call_id))
             return {str(k): str(v) for k, v in got.items()}
 
         fields = await retried("approval get", attempt)
@@ -239,9 +226,9 @@ class Approvals(ApprovalIndex):
         if not call_ids:
             return []
         async with translated("approval get"):
-            async with self._redis.pipeline(transaction=False) as pipe:
+            async with self.redis.pipeline(transaction=False) as pipe:
                 for call_id in call_ids:
-                    pipe.hgetall(self._keys.approval(job_id, call_id))
+                    pipe.hgetall(self.keys.approval(job_id, call_id))
                 replies = await pipe.execute()
         return [
             _from_hash({str(k): str(v) for k, v in fields.items()}) for fields in replies if fields
@@ -255,7 +242,7 @@ class Approvals(ApprovalIndex):
         over: its poster died). The caller then posts and calls ``set_card``."""
         async with translated("approval claim card"):
             won = await self._claim_card(
-                keys=[self._keys.approval(job_id, call_id)],
+                keys=[self.keys.approval(job_id, call_id)],
                 args=[f"{POSTING}{now!r}", repr(now), stale_after_s],
             )
         return bool(won)
@@ -264,7 +251,7 @@ class Approvals(ApprovalIndex):
         """Remember the card's message ts; ``False`` if there is no such approval."""
         async with translated("approval set card"):
             done = await self._set_field(
-                keys=[self._keys.approval(job_id, call_id)], args=["card_ts", ts, "0"]
+                keys=[self.keys.approval(job_id, call_id)], args=["card_ts", ts, "0"]
             )
         return bool(done)
 
@@ -273,7 +260,7 @@ class Approvals(ApprovalIndex):
         receipt count): a scan refreshes it only once the thread received more."""
         async with translated("approval replies shown"):
             await self._set_field(
-                keys=[self._keys.approval(job_id, call_id)], args=["replies_seq", seq, "1"]
+                keys=[self.keys.approval(job_id, call_id)], args=["replies_seq", seq, "1"]
             )
 
     async def decide(
@@ -307,18 +294,18 @@ class Approvals(ApprovalIndex):
         async def attempt() -> list[str]:
             async with translated("approval decide"):
                 # The hints first (see the module docstring): a won decision always has one.
-                async with self._redis.pipeline(transaction=False) as pipe:
+                async with self.redis.pipeline(transaction=False) as pipe:
                     pipe.zadd(
-                        self._keys.card_edits(bucket), {index_member(job_id, call_id): now}, nx=True
+                        self.keys.card_edits(bucket), {index_member(job_id, call_id): now}, nx=True
                     )
-                    pipe.zadd(self._keys.audit_pending_of(tag), {tag: now})
+                    pipe.zadd(self.keys.audit_pending_of(tag), {tag: now})
                     await pipe.execute()
             reply, refused = await replicated_reply(
-                self._redis,
-                self._replication,
+                self.redis,
+                self.replication,
                 "approval decide",
                 self._decide,
-                keys=[self._keys.approval(job_id, call_id), self._keys.audit_outbox(tag)],
+                keys=[self.keys.approval(job_id, call_id), self.keys.audit_outbox(tag)],
                 args=[
                     outcome,
                     by or "",
@@ -326,7 +313,7 @@ class Approvals(ApprovalIndex):
                     at,
                     decided_entry_head(job_id, call_id, outcome=outcome, by=by, at=now),
                     OUTBOX_TTL_S,
-                    self._replication.touch,
+                    self.replication.touch,
                 ],
             )
             if refused is not None:
@@ -373,10 +360,10 @@ class Approvals(ApprovalIndex):
         """The decided card shows its decision: nothing is owed any more."""
         async with (
             translated("approval card edited"),
-            self._redis.pipeline(transaction=False) as pipe,
+            self.redis.pipeline(transaction=False) as pipe,
         ):
-            pipe.hdel(self._keys.approval(job_id, call_id), "card_owed")
-            pipe.zrem(self._keys.card_edits(job_bucket(job_id)), index_member(job_id, call_id))
+            pipe.hdel(self.keys.approval(job_id, call_id), "card_owed")
+            pipe.zrem(self.keys.card_edits(job_bucket(job_id)), index_member(job_id, call_id))
             await pipe.execute()
 
 

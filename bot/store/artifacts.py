@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-
-import redis.asyncio as aioredis
+from dataclasses import dataclass
 
 from bot.errors import StoreError
 from bot.store.connection import translated
-from bot.store.keys import ARTIFACT_TTL_S, Keys
+from bot.store.keys import ARTIFACT_TTL_S
+from bot.store.redis_store import RedisStore
 
 REF_PREFIX = "artifact:"
 MAX_ARTIFACT_BYTES = 5 * 1024 * 1024
@@ -76,32 +76,22 @@ def capped(text: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> bytes:
     return head + note
 
 
-class RedisArtifacts:
+@dataclass(eq=False, kw_only=True)
+class RedisArtifacts(RedisStore):
     """``ArtifactStore`` in Redis; ``get`` reads a job's artifact back by its reference."""
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        *,
-        ttl_s: int = ARTIFACT_TTL_S,
-        max_bytes: int = MAX_ARTIFACT_BYTES,
-        suffix: Callable[[], str] = random_suffix,
-    ) -> None:
-        self._redis = redis
-        self._keys = keys
-        self._ttl_s = ttl_s
-        self._max_bytes = max_bytes
-        self._suffix = suffix
+    ttl_s: int = ARTIFACT_TTL_S
+    max_bytes: int = MAX_ARTIFACT_BYTES
+    suffix: Callable[[], str] = random_suffix
 
     async def put(self, job_id: str, call_id: str, text: str) -> str:
         """Store ``text`` (capped) for ``ARTIFACT_TTL_S``; a new reference each time."""
-        data = capped(text, self._max_bytes)
+        data = capped(text, self.max_bytes)
         async with translated("artifact put"):
             for _ in range(_CLAIM_ATTEMPTS):
-                ref = make_ref(job_id, call_id, self._suffix())
-                key = self._keys.artifact(job_id, ref[len(REF_PREFIX) :])
-                if await self._redis.set(key, data, nx=True, ex=self._ttl_s):
+                ref = make_ref(job_id, call_id, self.suffix())
+                key = self.keys.artifact(job_id, ref[len(REF_PREFIX) :])
+                if await self.redis.set(key, data, nx=True, ex=self.ttl_s):
                     return ref
         raise StoreError(f"no free artifact reference for {job_id}:{call_id}")
 
@@ -112,5 +102,5 @@ class RedisArtifacts:
         if parsed is None or parsed[0] != job_id:
             return None
         async with translated("artifact get"):
-            value: str | bytes | None = await self._redis.get(self._keys.artifact(*parsed))
+            value: str | bytes | None = await self.redis.get(self.keys.artifact(*parsed))
         return value.decode() if isinstance(value, bytes) else value

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-
 from bot.store.connection import translated
-from bot.store.keys import HISTORY_TTL_S, Keys, Thread
+from bot.store.keys import HISTORY_TTL_S, Thread
+from bot.store.redis_store import RedisStore
 
 CONTEXT_FIELDS = ("channel_id", "team_id", "enterprise_id")
 MAX_FIELD = 64  # Slack ids are short; anything longer is not one
@@ -30,12 +29,8 @@ class PaneContext:
     enterprise_id: str | None = None
 
 
-class AssistantThreads:
+class AssistantThreads(RedisStore):
     """The pane threads' saved context."""
-
-    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
-        self._redis = redis
-        self._keys = keys
 
     async def save(self, thread: Thread, context: PaneContext) -> None:
         fields = {
@@ -43,9 +38,9 @@ class AssistantThreads:
             for name in CONTEXT_FIELDS
             if isinstance(value := getattr(context, name), str) and 0 < len(value) <= MAX_FIELD
         }
-        key = self._keys.assistant_thread(thread)
+        key = self.keys.assistant_thread(thread)
         async with translated("assistant context"):
-            async with self._redis.pipeline(transaction=True) as pipe:
+            async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hdel(key, *CONTEXT_FIELDS)
                 if fields:
                     pipe.hset(key, mapping={name: value for name, value in fields.items()})
@@ -54,7 +49,7 @@ class AssistantThreads:
 
     async def find(self, thread: Thread) -> PaneContext | None:
         async with translated("assistant context"):
-            raw = await self._redis.hmget(self._keys.assistant_thread(thread), list(CONTEXT_FIELDS))
+            raw = await self.redis.hmget(self.keys.assistant_thread(thread), list(CONTEXT_FIELDS))
         values = [str(v) if v else None for v in raw]
         if not any(values):
             return None
@@ -62,9 +57,9 @@ class AssistantThreads:
 
     async def claim_title(self, thread: Thread) -> bool:
         """Whether the caller is the first to title the thread (then it does)."""
-        key = self._keys.assistant_thread(thread)
+        key = self.keys.assistant_thread(thread)
         async with translated("assistant title"):
-            async with self._redis.pipeline(transaction=True) as pipe:
+            async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hsetnx(key, TITLED, "1")
                 pipe.expire(key, HISTORY_TTL_S)
                 won, _ = await pipe.execute()

@@ -45,9 +45,9 @@ import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack, cast
 
-import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.asyncio.client import Pipeline
 
@@ -75,8 +75,7 @@ from bot.store.audit_entry import (
 from bot.store.audit_verify import Broken, Problem, VerifyReport, walk
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import translated
-from bot.store.keys import Keys
-from bot.store.lua import Lua
+from bot.store.redis_store import Lua, RedisStore
 
 __all__ = [  # the names writers, the CLI and the Slack edge use come from here
     "ACTOR_BOT",
@@ -231,45 +230,35 @@ class AuditQuery(TypedDict, total=False):
     limit: int | None
 
 
-class AuditLog:
+@dataclass(eq=False, kw_only=True)
+class AuditLog(RedisStore):
     """Chain staged entries, append facts Redis does not hold, trim, read and verify."""
+
+    retention_days: float = 400
+    settle_s: float = SETTLE_S
+    now: Callable[[], float] = time.time
+    _head: str | None = field(default=None, init=False)  # the head as last seen (None: read it)
+    # This process's publishers take turns: they would only make each other's head
+    # move (one chain, one head), and Redis runs them one at a time anyway.
+    _chaining: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     _chain = Lua(_CHAIN)
     _pop = Lua(_POP_IF_FIRST)
     _drop = Lua(_DROP_HINT)
     _trim = Lua(_TRIM)
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        *,
-        retention_days: float = 400,
-        settle_s: float = SETTLE_S,
-        now: Callable[[], float] = time.time,
-    ) -> None:
-        self._redis = redis
-        self._keys = keys
-        self._retention_s = retention_days * 86_400
-        self._settle_s = settle_s
-        self._now = now
-        self._head: str | None = None  # the head as last seen (None: read it)
-        # This process's publishers take turns: they would only make each other's head
-        # move (one chain, one head), and Redis runs them one at a time anyway.
-        self._chaining = asyncio.Lock()
-
     # -- for writers ---------------------------------------------------------------------
     def outbox_key(self, tag: str) -> str:
-        return self._keys.audit_outbox(tag)
+        return self.keys.audit_outbox(tag)
 
     def hint_in(self, pipe: Pipeline, tag: str) -> None:
         """Queue the pending hint for ``tag`` in the caller's pipeline."""
-        pipe.zadd(self._keys.audit_pending_of(tag), {tag: self._now()})
+        pipe.zadd(self.keys.audit_pending_of(tag), {tag: self.now()})
 
     async def hint(self, tag: str) -> None:
         """Say ``tag``'s outbox may soon hold entries (before the fact that stages them)."""
         async with translated("audit hint"):
-            await self._redis.zadd(self._keys.audit_pending_of(tag), {tag: self._now()})
+            await self.redis.zadd(self.keys.audit_pending_of(tag), {tag: self.now()})
 
     # -- chaining ------------------------------------------------------------------------
     async def append(self, entry: AuditEntry) -> AuditEntry | None:
@@ -282,25 +271,25 @@ class AuditLog:
     async def publish(self, tag: str, *, limit: int = 100) -> list[AuditEntry]:
         """Chain ``tag``'s outbox in order (up to ``limit`` entries); the entries newly
         chained (not those another publisher chained first)."""
-        outbox, pending = self.outbox_key(tag), self._keys.audit_pending_of(tag)
+        outbox, pending = self.outbox_key(tag), self.keys.audit_pending_of(tag)
         async with translated("audit publish"):
-            hinted = await self._redis.zscore(pending, tag)  # before the outbox is read
+            hinted = await self.redis.zscore(pending, tag)  # before the outbox is read
         # A hint is dropped only when old enough (see the module's docstring); a fresh
         # one stays for the scanner, so the outbox need not be read to its end twice.
-        droppable = hinted is not None and hinted <= self._now() - self._settle_s
+        droppable = hinted is not None and hinted <= self.now() - self.settle_s
         chained: list[AuditEntry] = []
         seen = 0
         emptied = False
         while seen < limit:
             want = min(limit - seen, BATCH)
             async with translated("audit publish"):
-                batch = cast(list[str], await self._redis.lrange(outbox, 0, want - 1))
+                batch = cast(list[str], await self.redis.lrange(outbox, 0, want - 1))
             if not batch:
                 emptied = True
                 break
             for raw in batch:
                 seen += 1
-                entry, _ = await self._chain_one(_read_staged(raw, tag, self._now()))
+                entry, _ = await self._chain_one(_read_staged(raw, tag, self.now()))
                 if entry is not None:
                     chained.append(entry)
                 async with translated("audit publish"):
@@ -319,7 +308,7 @@ class AuditLog:
         """The scanner's call: publish every outbox whose hint is older than the grace
         (its writer died before publishing, or is done and left the hint to settle)."""
         tags = await due_in_buckets(
-            self._redis, "audit drain", self._keys.audit_pending, self._now() - older_than_s, limit
+            self.redis, "audit drain", self.keys.audit_pending, self.now() - older_than_s, limit
         )
         chained: list[AuditEntry] = []
         for tag in tags:
@@ -333,10 +322,10 @@ class AuditLog:
             return await self._chain_locked(body)
 
     async def _chain_locked(self, body: dict[str, Any]) -> tuple[AuditEntry | None, str | None]:
-        keys = [self._keys.audit_log(), self._keys.audit_head(), self._keys.audit_ids()]
+        keys = [self.keys.audit_log(), self.keys.audit_head(), self.keys.audit_ids()]
         if self._head is None:
             async with translated("audit head"):
-                self._head = _opt(await self._redis.get(keys[1])) or ""
+                self._head = _opt(await self.redis.get(keys[1])) or ""
         for attempt in range(MAX_MOVES):
             head_now = self._head or ""
             seq, prev = parse_head(head_now)
@@ -350,7 +339,7 @@ class AuditLog:
                 new_head,
                 repr(float(body["at"])),
                 canonical(chained),
-                str(int(self._now() * 1000)),
+                str(int(self.now() * 1000)),
             ]
             async with translated("audit chain"):
                 verdict = await self._chain(keys=keys, args=args)
@@ -371,11 +360,11 @@ class AuditLog:
     # -- retention -----------------------------------------------------------------------
     async def trim(self) -> int:
         """Remove the entries chained before the retention window; how many left."""
-        cutoff = self._now() - self._retention_s
+        cutoff = self.now() - self.retention_days * 86_400
         cutoff_ms = max(int(cutoff * 1000), 0)
-        log_key = self._keys.audit_log()
+        log_key = self.keys.audit_log()
         async with translated("audit trim"):
-            last = _page(await self._redis.xrevrange(log_key, f"({cutoff_ms}-0", "-", count=1))
+            last = _page(await self.redis.xrevrange(log_key, f"({cutoff_ms}-0", "-", count=1))
         if not last:
             return 0
         stream_id, fields = last[0]
@@ -391,7 +380,7 @@ class AuditLog:
             anchor_seq, anchor = await self._anchor_after(stream_id)
         async with translated("audit trim"):
             count = await self._trim(
-                keys=[log_key, self._keys.audit_anchor(), self._keys.audit_ids()],
+                keys=[log_key, self.keys.audit_anchor(), self.keys.audit_ids()],
                 args=[str(cutoff_ms), anchor, str(anchor_seq), repr(cutoff)],
             )
         return int(count)
@@ -399,9 +388,9 @@ class AuditLog:
     async def _anchor_after(self, stream_id: str) -> tuple[int, str]:
         async with translated("audit trim"):
             after = _page(
-                await self._redis.xrange(self._keys.audit_log(), f"({stream_id}", "+", count=1)
+                await self.redis.xrange(self.keys.audit_log(), f"({stream_id}", "+", count=1)
             )
-            head = _opt(await self._redis.get(self._keys.audit_head()))
+            head = _opt(await self.redis.get(self.keys.audit_head()))
         if after:
             try:
                 with_seq = json.loads(after[0][1].get("e", "{}"))
@@ -423,10 +412,10 @@ class AuditLog:
         (widened: an entry is chained after its ``at``); callers filter on ``at``."""
         start = "-" if since is None else str(max(int((since - SKEW_S) * 1000), 0))
         end = "+" if until is None else str(max(int((until + LATE_MARGIN_S) * 1000), 0))
-        log_key = self._keys.audit_log()
+        log_key = self.keys.audit_log()
         while True:
             async with translated("audit read"):
-                page = _page(await self._redis.xrange(log_key, start, end, count=PAGE))
+                page = _page(await self.redis.xrange(log_key, start, end, count=PAGE))
             for stream_id, fields in page:
                 yield _stored(stream_id, fields)
             if len(page) < PAGE:
@@ -472,12 +461,12 @@ class AuditLog:
         meanwhile moves the chain's start: the check then starts again (a few times)."""
         for _ in range(3):
             async with translated("audit verify"):
-                anchor = _opt(await self._redis.get(self._keys.audit_anchor()))
-                head = _opt(await self._redis.get(self._keys.audit_head()))
+                anchor = _opt(await self.redis.get(self.keys.audit_anchor()))
+                head = _opt(await self.redis.get(self.keys.audit_head()))
             report = await walk(self.records(), anchor, head)
             if report.ok:
                 return report
             async with translated("audit verify"):
-                if _opt(await self._redis.get(self._keys.audit_anchor())) == anchor:
+                if _opt(await self.redis.get(self.keys.audit_anchor())) == anchor:
                     return report
         return report

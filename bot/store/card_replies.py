@@ -13,24 +13,19 @@ returns, is a record the edge renders (``bot.records``), re-exported here.
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
-
 from bot.records import ApprovalRecord
 from bot.records import CardReply as CardReply
 from bot.store.connection import translated
 from bot.store.inject import F_AUTHOR, F_TEXT, F_TS, sent_at
-from bot.store.keys import Keys, Thread
+from bot.store.keys import Thread
+from bot.store.redis_store import RedisStore
 
 SCAN_LIMIT = 200  # entries read per card: far more than a thread says in one wait
 CLOCK_SKEW_S = 60.0
 
 
-class CardReplies:
+class CardReplies(RedisStore):
     """The replies a card shows (see the module docstring)."""
-
-    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
-        self._redis = redis
-        self._keys = keys
 
     async def of(self, approval: ApprovalRecord) -> list[CardReply]:
         """The people's messages in the card's thread sent from the request for approval
@@ -40,8 +35,8 @@ class CardReplies:
         until = approval.decided_at if approval.status != "pending" else None
         start = max(int((since - CLOCK_SKEW_S) * 1000), 0)
         async with translated("card replies"):
-            entries = await self._redis.xrange(
-                self._keys.inject(thread), min=f"{start}-0", max="+", count=SCAN_LIMIT
+            entries = await self.redis.xrange(
+                self.keys.inject(thread), min=f"{start}-0", max="+", count=SCAN_LIMIT
             )
         replies = []
         for _id, raw in entries or ():

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-
-import redis.asyncio as aioredis
+from dataclasses import dataclass, field
 
 from bot.agent.messages import Usage
 from bot.agent.state import RunState, StopReason
 from bot.store.audit import OUTBOX_TTL_S, AuditEntry, job_fields, staged_json
 from bot.store.connection import translated
 from bot.store.jobs import JobLimits, JobRecord, Jobs, JobStatus, new_job
-from bot.store.keys import JOB_TTL_S, Keys, Thread
+from bot.store.keys import JOB_TTL_S, Thread
 from bot.store.ledger import LEDGER_TTL_S, LedgerRecord, RedisLedger, bound_output
+from bot.store.redis_store import RedisStore
 from bot.store.trace import EndEntry, dump_entry, queue_append
 
 CLI_CHANNEL = "CLI"
@@ -40,16 +40,15 @@ def cli_thread(now: float) -> Thread:
     return Thread(CLI_CHANNEL, f"{now:.6f}")
 
 
-class CliCalls:
+@dataclass(eq=False, kw_only=True)
+class CliCalls(RedisStore):
     """Begins and finishes the record of one hand-run call at a time."""
 
-    def __init__(
-        self, redis: aioredis.Redis, keys: Keys, *, now: Callable[[], float] = time.time
-    ) -> None:
-        self._redis = redis
-        self._keys = keys
-        self._now = now
-        self._jobs = Jobs(redis, keys, now=now)
+    now: Callable[[], float] = time.time
+    _jobs: Jobs = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._jobs = Jobs(self.redis, self.keys, now=self.now)
 
     async def begin(
         self,
@@ -65,10 +64,10 @@ class CliCalls:
     ) -> JobRecord:
         """The ``running`` job of the call, its ledger entry ``started`` and its audit
         entry (``cli_run``, by ``cli:<user>``); nothing ran yet."""
-        now = self._now()
+        now = self.now()
         thread = cli_thread(now)
         async with translated("cli call begin"):
-            n = int(await self._redis.incr(self._keys.jobs_counter(thread)))
+            n = int(await self.redis.incr(self.keys.jobs_counter(thread)))
         job_id = thread.job_id(n)
         # No model runs in it: no iterations and no tokens; the tool's timeout is its time.
         limits = JobLimits(max_iterations=0, deadline_s=timeout_s, token_budget=0)
@@ -81,8 +80,8 @@ class CliCalls:
         )
         record = template.model_copy(update={"id": job_id, "status": JobStatus.RUNNING})
         entry = LedgerRecord(state="started", tool=tool, args_hash=args_hash, started_at=now)
-        job_key = self._keys.job(job_id)
-        ledger_key = self._keys.ledger(job_id)
+        job_key = self.keys.job(job_id)
+        ledger_key = self.keys.ledger(job_id)
         audit = AuditEntry(
             id=f"cli_run:{job_id}:{call_id}",
             kind="cli_run",
@@ -99,13 +98,13 @@ class CliCalls:
                 **({"category": category} if category else {}),
             },
         )
-        outbox = self._keys.audit_outbox(thread.tag)
+        outbox = self.keys.audit_outbox(thread.tag)
         async with translated("cli call begin"):
-            await self._redis.zadd(self._keys.audit_pending_of(thread.tag), {thread.tag: now})
-            async with self._redis.pipeline(transaction=True) as pipe:
+            await self.redis.zadd(self.keys.audit_pending_of(thread.tag), {thread.tag: now})
+            async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.rpush(outbox, staged_json(audit))
                 pipe.expire(outbox, OUTBOX_TTL_S)
-                pipe.expire(self._keys.jobs_counter(thread), JOB_TTL_S)
+                pipe.expire(self.keys.jobs_counter(thread), JOB_TTL_S)
                 pipe.hset(
                     job_key,
                     mapping={
@@ -135,13 +134,13 @@ class CliCalls:
     ) -> JobRecord:
         """Record the outcome (``output`` already scrubbed) after the ``trace`` entries of
         the call (``TraceRecorder`` JSON), and end the job."""
-        ledger = RedisLedger(self._redis, self._keys, now=self._now, actor=record.requester)
+        ledger = RedisLedger(self.redis, self.keys, now=self.now, actor=record.requester)
         await ledger.finish(f"{record.id}:{call_id}", output)
         shown, _ = bound_output(output)
         reason = StopReason.COMPLETED if ok else StopReason.FAILED
         error = None if ok else (shown.strip().splitlines() or [""])[0]
         end = EndEntry(
-            at=self._now(),
+            at=self.now(),
             stop_reason=reason,
             error=error,
             iterations=0,
@@ -150,8 +149,8 @@ class CliCalls:
             usage=Usage(),
         )
         async with translated("cli call trace"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                queue_append(pipe, self._keys, record.id, [*trace, dump_entry(end)])
+            async with self.redis.pipeline(transaction=True) as pipe:
+                queue_append(pipe, self.keys, record.id, [*trace, dump_entry(end)])
                 await pipe.execute()
         progress = RunState(tool_executions=1, tools_used=[tool], active_time_s=active_s)
         return await self._jobs.save(

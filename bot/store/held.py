@@ -22,12 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, cast
 
-import redis.asyncio as aioredis
-
 from bot.store.connection import reply_text, translated
 from bot.store.jobs import job_prefixes
-from bot.store.keys import Keys, Thread
-from bot.store.lua import Lua
+from bot.store.keys import Thread
+from bot.store.redis_store import Lua, RedisStore
 
 LookKind = Literal["live", "duplicate", "new", "conversation"]
 
@@ -58,17 +56,13 @@ class Look:
     received: frozenset[str] = frozenset()  # the thread's ``inject:seen`` (kind new/conversation)
 
 
-class HeldMessages:
+class HeldMessages(RedisStore):
     """The look at a thread before a message is received (see the module docstring)."""
 
     _script = Lua(_LOOK)
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
-        self._redis = redis
-        self._keys = keys
-
     async def look(self, thread: Thread, *, ts: str) -> Look:
-        keys = self._keys
+        keys = self.keys
         _, key_prefix = job_prefixes(keys, thread)
         async with translated("thread look"):
             reply = await self._script(

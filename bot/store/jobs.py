@@ -36,9 +36,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
-
-import redis.asyncio as aioredis
 
 from bot.errors import StoreError
 from bot.records import JobLimits as JobLimits
@@ -50,7 +49,7 @@ from bot.store.buckets import due_in_buckets
 from bot.store.connection import StoreConflict, translated
 from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.keys import JOB_TTL_S, TRACE_TTL_S, Keys, Thread, bucket_of, job_bucket, thread_of
-from bot.store.lua import Lua
+from bot.store.redis_store import Lua, RedisStore
 from bot.store.staging import AuditNotify
 from bot.store.trace import MAX_TRACE_ENTRIES
 
@@ -188,27 +187,18 @@ return n
 """
 
 
-class Jobs:
+@dataclass(eq=False, kw_only=True)
+class Jobs(RedisStore):
     """Create, read and change jobs; keep the scanner's index of live jobs."""
+
+    now: Callable[[], float] = time.time
+    on_audit: AuditNotify | None = None
 
     _cas = Lua(_CAS)
     _finish = Lua(_FINISH)
     _attempt = Lua(_ATTEMPT)
     _create = Lua(_CREATE)
     _cancel = Lua(_CANCEL)
-
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        *,
-        now: Callable[[], float] = time.time,
-        on_audit: AuditNotify | None = None,
-    ) -> None:
-        self._redis = redis
-        self._keys = keys
-        self._now = now
-        self._on_audit = on_audit
 
     async def create(
         self,
@@ -220,24 +210,24 @@ class Jobs:
         meta: dict[str, str] | None = None,
     ) -> JobRecord:
         """A new ``queued`` job in the thread, indexed for the scanner."""
-        now = self._now()
+        now = self.now()
         template = new_job(
             thread, requester=requester, limits=limits, now=now, request_ts=request_ts, meta=meta
         )
-        id_prefix, key_prefix = job_prefixes(self._keys, thread)
+        id_prefix, key_prefix = job_prefixes(self.keys, thread)
         async with translated("job create"):
             n = await self._create(
-                keys=[self._keys.jobs_counter(thread), self._keys.current_job(thread)],
+                keys=[self.keys.jobs_counter(thread), self.keys.current_job(thread)],
                 args=[id_prefix, key_prefix, JOB_TTL_S, template.model_dump_json()],
             )
             record = template.model_copy(update={"id": thread.job_id(int(n))})
-            await self._redis.zadd(self._keys.active_jobs(job_bucket(record.id)), {record.id: now})
+            await self.redis.zadd(self.keys.active_jobs(job_bucket(record.id)), {record.id: now})
         return record
 
     async def get(self, job_id: str) -> JobRecord | None:
         async def attempt() -> str | None:
             async with translated("job get"):
-                got = await self._redis.hget(self._keys.job(job_id), "data")
+                got = await self.redis.hget(self.keys.job(job_id), "data")
             return None if got is None else str(got)
 
         raw = await retried("job get", attempt)  # a read: safe to retry (bot.store.failover)
@@ -246,14 +236,14 @@ class Jobs:
     async def current(self, thread: Thread) -> JobRecord | None:
         """The thread's latest job, if any."""
         async with translated("job current"):
-            job_id = await self._redis.get(self._keys.current_job(thread))
+            job_id = await self.redis.get(self.keys.current_job(thread))
         return await self.get(str(job_id)) if job_id else None
 
     def _next(
         self, record: JobRecord, status: JobStatus, fence: int, **update: object
     ) -> JobRecord:
         return record.model_copy(
-            update={"status": status, "fence": fence, "updated_at": self._now(), **update}
+            update={"status": status, "fence": fence, "updated_at": self.now(), **update}
         )
 
     async def save(
@@ -274,7 +264,7 @@ class Jobs:
         if new_status is not record.status:
             check_transition(record.status, new_status, via)
         new = self._next(record, new_status, fence, **update)
-        keys = [self._keys.job(record.id)]
+        keys = [self.keys.job(record.id)]
         args: list[str | int | float] = [
             record.status.value,
             fence,
@@ -285,13 +275,13 @@ class Jobs:
         tag = record.thread.tag
         async with translated("job save"):
             if audit is not None:
-                await self._redis.zadd(self._keys.audit_pending_of(tag), {tag: self._now()})
-                keys.append(self._keys.audit_outbox(tag))
+                await self.redis.zadd(self.keys.audit_pending_of(tag), {tag: self.now()})
+                keys.append(self.keys.audit_outbox(tag))
                 args += [staged_json(audit), OUTBOX_TTL_S]
             outcome = await self._cas(keys=keys, args=args)
         _raise_unless_ok(outcome, record)
-        if audit is not None and self._on_audit is not None:
-            self._on_audit(tag)
+        if audit is not None and self.on_audit is not None:
+            self.on_audit(tag)
         if new_status.final:
             await self._unindex(record.id)
         elif new_status is JobStatus.RUNNING and record.status is not JobStatus.RUNNING:
@@ -325,9 +315,9 @@ class Jobs:
             async with translated("job finish"):
                 return await self._finish(
                     keys=[
-                        self._keys.job(record.id),
-                        self._keys.inject_seq(record.thread),
-                        self._keys.trace(record.id),
+                        self.keys.job(record.id),
+                        self.keys.inject_seq(record.thread),
+                        self.keys.trace(record.id),
                     ],
                     args=[
                         record.status.value,
@@ -354,22 +344,22 @@ class Jobs:
         """How many deliveries of an ended job's answer and ending were tried elsewhere,
         or None when nothing is owed (delivered, or not ended by ``finish``)."""
         async with translated("job owed"):
-            tries = await self._redis.hget(self._keys.job(job_id), "owed")
+            tries = await self.redis.hget(self.keys.job(job_id), "owed")
         return None if tries is None else int(tries)
 
     async def delivery_attempt(self, job_id: str) -> int | None:
         """Count one more try at delivering the job's ending: the count, or None when
         it was delivered meanwhile."""
         async with translated("job delivery"):
-            n = int(await self._attempt(keys=[self._keys.job(job_id)]))
+            n = int(await self._attempt(keys=[self.keys.job(job_id)]))
         return None if n < 0 else n
 
     async def delivered(self, job_id: str) -> None:
         """The ended job's answer and ending are in its thread: nothing is owed, and the
         scanner need not look at it again (one round trip)."""
-        async with translated("job delivered"), self._redis.pipeline(transaction=False) as pipe:
-            pipe.hdel(self._keys.job(job_id), "owed")
-            pipe.zrem(self._keys.active_jobs(job_bucket(job_id)), job_id)
+        async with translated("job delivered"), self.redis.pipeline(transaction=False) as pipe:
+            pipe.hdel(self.keys.job(job_id), "owed")
+            pipe.zrem(self.keys.active_jobs(job_bucket(job_id)), job_id)
             await pipe.execute()
 
     async def request_cancel(self, job_id: str, by: str) -> None:
@@ -377,7 +367,7 @@ class Jobs:
         so a process resuming it after a crash sees it too), and a message that
         cancels an in-flight call at once in whichever process runs it."""
         thread = thread_of(job_id)
-        now = self._now()
+        now = self.now()
         entry = AuditEntry(
             id=f"job_stopped:{job_id}",
             kind="job_stopped",
@@ -388,19 +378,19 @@ class Jobs:
         )
         bucket = bucket_of(thread.tag)
         async with translated("job cancel"):
-            await self._redis.zadd(self._keys.audit_pending_of(thread.tag), {thread.tag: now})
+            await self.redis.zadd(self.keys.audit_pending_of(thread.tag), {thread.tag: now})
             await self._cancel(
-                keys=[self._keys.job(job_id), self._keys.audit_outbox(thread.tag)],
+                keys=[self.keys.job(job_id), self.keys.audit_outbox(thread.tag)],
                 args=[by, staged_json(entry), OUTBOX_TTL_S],
             )
-        if self._on_audit is not None:
-            self._on_audit(thread.tag)
+        if self.on_audit is not None:
+            self.on_audit(thread.tag)
         # The flag is the record; the signal only saves the loop the wait for its next
         # step. Sharded pub/sub: only the bucket channel's shard carries it (a script
         # may not publish to a channel outside its keys' slot, so it goes on its own).
         try:
             async with translated("job cancel signal"):
-                await self._redis.spublish(self._keys.cancel_channel(bucket), f"{job_id}|{by}")
+                await self.redis.spublish(self.keys.cancel_channel(bucket), f"{job_id}|{by}")
         except StoreError:
             log.warning("Stop of %s: the signal was not sent (the flag stands)", job_id)
 
@@ -409,7 +399,7 @@ class Jobs:
 
         async def attempt() -> object:
             async with translated("job cancel flag"):
-                return await self._redis.hget(self._keys.job(job_id), "cancel")
+                return await self.redis.hget(self.keys.job(job_id), "cancel")
 
         by = await retried("job cancel flag", attempt)  # a read: safe to retry
         return str(by) if by else None
@@ -420,12 +410,12 @@ class Jobs:
 
     async def _unindex(self, job_id: str) -> None:
         async with translated("job unindex"):
-            await self._redis.zrem(self._keys.active_jobs(job_bucket(job_id)), job_id)
+            await self.redis.zrem(self.keys.active_jobs(job_bucket(job_id)), job_id)
 
     async def index(self, job_id: str, when: float) -> None:
         """(Re)schedule the scanner's next look at a live job."""
         async with translated("job index"):
-            await self._redis.zadd(self._keys.active_jobs(job_bucket(job_id)), {job_id: when})
+            await self.redis.zadd(self.keys.active_jobs(job_bucket(job_id)), {job_id: when})
 
     async def index_many(self, when: dict[str, float]) -> None:
         """``index`` for many jobs in one command."""
@@ -433,15 +423,15 @@ class Jobs:
         for job_id, at in when.items():
             by_bucket.setdefault(job_bucket(job_id), {})[job_id] = at
         if by_bucket:
-            async with translated("job index"), self._redis.pipeline(transaction=False) as pipe:
+            async with translated("job index"), self.redis.pipeline(transaction=False) as pipe:
                 for bucket, entries in by_bucket.items():
-                    pipe.zadd(self._keys.active_jobs(bucket), entries)
+                    pipe.zadd(self.keys.active_jobs(bucket), entries)
                 await pipe.execute()
 
     async def due(self, now: float, limit: int = 100) -> list[str]:
         """Live jobs the scanner should look at (their next-check time has passed), the
         longest due first, from every bucket of the index."""
-        return await due_in_buckets(self._redis, "job due", self._keys.active_jobs, now, limit)
+        return await due_in_buckets(self.redis, "job due", self.keys.active_jobs, now, limit)
 
 
 def _raise_unless_ok(outcome: object, record: JobRecord) -> None:

@@ -22,14 +22,12 @@ import logging
 import secrets
 from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
-
 from bot.errors import StoreError
 from bot.store.connection import translated
 from bot.store.failover import retried
 from bot.store.jobs import JobRecord
-from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread, thread_of
-from bot.store.lua import Lua
+from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Thread, thread_of
+from bot.store.redis_store import Lua, RedisStore
 
 log = logging.getLogger(__name__)
 
@@ -113,24 +111,24 @@ class TakenJob:
     history_view: str | None = None
 
 
-class Leases:
+@dataclass(eq=False, kw_only=True)
+class Leases(RedisStore):
+    """Take, renew and give back threads' leases (see the module docstring)."""
+
+    ttl_ms: int = LEASE_TTL_MS
+
     _acquire = Lua(_ACQUIRE)
     _renew = Lua(_RENEW)
     _release = Lua(_RELEASE)
     _acquire_job = Lua(_ACQUIRE_JOB)
-
-    def __init__(self, redis: aioredis.Redis, keys: Keys, *, ttl_ms: int = LEASE_TTL_MS) -> None:
-        self._redis = redis
-        self._keys = keys
-        self._ttl_ms = ttl_ms
 
     async def acquire(self, thread: Thread, owner: str | None = None) -> Lease | None:
         """The lease with a new, higher fencing token, or ``None`` if someone holds it."""
         owner = owner or new_owner()
         async with translated("lease acquire"):
             fence = await self._acquire(
-                keys=[self._keys.lease(thread), self._keys.fence(thread)],
-                args=[owner, self._ttl_ms],
+                keys=[self.keys.lease(thread), self.keys.fence(thread)],
+                args=[owner, self.ttl_ms],
             )
         return Lease(thread, owner, int(fence)) if fence is not None else None
 
@@ -142,17 +140,17 @@ class Leases:
         owner = new_owner()
 
         keys = [
-            self._keys.lease(thread),
-            self._keys.fence(thread),
-            self._keys.job(job_id),
-            self._keys.history(thread),
-            self._keys.history_view(thread),
+            self.keys.lease(thread),
+            self.keys.fence(thread),
+            self.keys.job(job_id),
+            self.keys.history(thread),
+            self.keys.history_view(thread),
         ]
 
         async def attempt() -> list[str]:
             async with translated("lease acquire"):
                 reply = await self._acquire_job(
-                    keys=keys, args=[owner, self._ttl_ms, "1" if decided else "0"]
+                    keys=keys, args=[owner, self.ttl_ms, "1" if decided else "0"]
                 )
             return [str(part) for part in reply]
 
@@ -167,24 +165,24 @@ class Leases:
     async def renew(self, lease: Lease) -> bool:
         async with translated("lease renew"):
             ok = await self._renew(
-                keys=[self._keys.lease(lease.thread)], args=[lease.value, self._ttl_ms]
+                keys=[self.keys.lease(lease.thread)], args=[lease.value, self.ttl_ms]
             )
         return bool(ok == 1)
 
     async def release(self, lease: Lease) -> bool:
         async with translated("lease release"):
-            ok = await self._release(keys=[self._keys.lease(lease.thread)], args=[lease.value])
+            ok = await self._release(keys=[self.keys.lease(lease.thread)], args=[lease.value])
         return bool(ok == 1)
 
     async def expires_in(self, thread: Thread) -> float | None:
         """Seconds until the thread's lease expires; ``None`` if nobody holds it."""
         async with translated("lease ttl"):
-            ms = await self._redis.pttl(self._keys.lease(thread))
+            ms = await self.redis.pttl(self.keys.lease(thread))
         return int(ms) / 1000 if int(ms) > 0 else None
 
     async def holder(self, thread: Thread) -> str | None:
         async with translated("lease holder"):
-            value = await self._redis.get(self._keys.lease(thread))
+            value = await self.redis.get(self.keys.lease(thread))
         return str(value) if value is not None else None
 
 

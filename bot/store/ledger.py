@@ -29,8 +29,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from bot.agent.observe import ERROR_PREFIX
@@ -47,8 +47,8 @@ from bot.store.audit import (
 )
 from bot.store.connection import translated
 from bot.store.failover import RUN_RETRY_BUDGET_S, retried
-from bot.store.keys import Keys, thread_of
-from bot.store.lua import Lua
+from bot.store.keys import thread_of
+from bot.store.redis_store import Lua, RedisStore
 from bot.store.replicas import (
     NONE,
     NotReplicated,
@@ -198,42 +198,31 @@ def _parse(key: str, raw: str) -> LedgerRecord:
         raise StoreError(f"corrupt ledger entry {key!r}: {exc}") from exc
 
 
-class RedisLedger:
+@dataclass(eq=False, kw_only=True)
+class RedisLedger(RedisStore):
     """Records mutating calls so that a crash never re-runs a write blindly."""
+
+    now: Callable[[], float] = time.time
+    on_audit: AuditNotify | None = None
+    # Who the audit log names for the writes (``cli:<user>``); by default the approval's
+    # decider, else the bot.
+    actor: str | None = None
+    # The replicas ``started`` and ``done`` wait for (``bot.store.replicas``).
+    replication: Replication = NONE
 
     _begin = Lua(_BEGIN)
     _finish = Lua(_FINISH)
     _withdraw = Lua(_WITHDRAW)
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        *,
-        now: Callable[[], float] = time.time,
-        on_audit: AuditNotify | None = None,
-        actor: str | None = None,
-        replication: Replication = NONE,
-    ) -> None:
-        """``actor``: who the audit log names for the writes (``cli:<user>``); by default
-        the approval's decider, else the bot. ``replication``: the replicas ``started``
-        and ``done`` wait for (``bot.store.replicas``)."""
-        self._replication = replication
-        self._redis = redis
-        self._keys = keys
-        self._now = now
-        self._on_audit = on_audit
-        self._actor = actor
-
     async def stream_offset(self, key: str) -> int:
         """Where the replication stream of the master holding ``key``'s entry is now."""
-        return await master_offset(self._redis, self._keys.ledger(split_key(key)[0]))
+        return await master_offset(self.redis, self.keys.ledger(split_key(key)[0]))
 
     async def replicas_caught_up(self, key: str, *, since: int) -> bool:
         """Whether enough replicas (``replication``) of the master holding ``key``'s entry
         have its stream up to ``since``: a claim now may be confirmed (no write)."""
-        hash_key = self._keys.ledger(split_key(key)[0])
-        return await replicas_caught_up(self._redis, self._replication, hash_key, since=since)
+        hash_key = self.keys.ledger(split_key(key)[0])
+        return await replicas_caught_up(self.redis, self.replication, hash_key, since=since)
 
     async def begin(self, key: str, tool: str, args_hash: str) -> LedgerEntry | None:
         """Record ``started``; return the earlier entry if the key was seen before.
@@ -243,20 +232,20 @@ class RedisLedger:
         began and was never seen to end). A claim no replica confirmed is withdrawn and
         ``ClaimWithdrawn`` raised: the call must not run (see the module docstring)."""
         job_id, call_id = split_key(key)
-        hash_key = self._keys.ledger(job_id)
-        now = self._now()
+        hash_key = self.keys.ledger(job_id)
+        now = self.now()
         record = LedgerRecord(state="started", tool=tool, args_hash=args_hash, started_at=now)
         claim = record.model_dump_json(exclude_none=True)
         tag = thread_of(job_id).tag
         started = _write_entry("write_started", key, record, at=now)
         again = started.model_copy(update={"id": f"{started.id}:{now!r}"})
         unknown = _write_entry("write_unknown", key, record, at=now, outcome="unknown")
-        keys = [hash_key, self._keys.audit_outbox(tag), self._keys.approval(job_id, call_id)]
+        keys = [hash_key, self.keys.audit_outbox(tag), self.keys.approval(job_id, call_id)]
 
         async def attempt() -> tuple[int, str, NotReplicated | None]:
             (created, raw), refused = await replicated_reply(
-                self._redis,
-                self._replication,
+                self.redis,
+                self.replication,
                 "ledger begin",
                 self._begin,
                 keys=keys,
@@ -268,7 +257,7 @@ class RedisLedger:
                     head_json(unknown, completed_with=("actor",)),
                     OUTBOX_TTL_S,
                     head_json(again, completed_with=("actor",)),
-                    self._actor or "",
+                    self.actor or "",
                 ],
             )
             if refused is not None and not int(created):
@@ -308,7 +297,7 @@ class RedisLedger:
         failover for as long as a running job's writes are: a claim the new master never
         got needs nothing, one it got is withdrawn there. Failing that, the store's error is
         raised and the claim may stand as ``started`` (reported unknown, as after a crash)."""
-        now = self._now()
+        now = self.now()
         withdrawn = record.model_copy(update={"state": "withdrawn", "withdrawn_at": now})
         entry = _write_entry(
             "write_withdrawn",
@@ -329,7 +318,7 @@ class RedisLedger:
                         withdrawn.model_dump_json(exclude_none=True),
                         head_json(entry, completed_with=("actor",)),
                         OUTBOX_TTL_S,
-                        self._actor or "",
+                        self.actor or "",
                     ],
                 )
 
@@ -344,12 +333,12 @@ class RedisLedger:
         audit entry (``write_finished``, the outcome and a bounded result) in the same
         script."""
         job_id, call_id = split_key(key)
-        hash_key = self._keys.ledger(job_id)
+        hash_key = self.keys.ledger(job_id)
         async with translated("ledger finish"):
-            raw = await self._redis.hget(hash_key, key)
+            raw = await self.redis.hget(hash_key, key)
         prior = _parse(key, str(raw)) if raw else LedgerRecord(state="started")
         shown, full = bound_output(output)
-        now = self._now()
+        now = self.now()
         record = prior.model_copy(
             update={
                 "state": "done",
@@ -374,14 +363,14 @@ class RedisLedger:
         await retried(  # the same entry written twice is one entry
             "ledger finish",
             lambda: replicated(
-                self._redis,
-                self._replication,
+                self.redis,
+                self.replication,
                 "ledger finish",
                 self._finish,
                 keys=[
                     hash_key,
-                    self._keys.audit_outbox(tag),
-                    self._keys.approval(job_id, call_id),
+                    self.keys.audit_outbox(tag),
+                    self.keys.approval(job_id, call_id),
                 ],
                 args=[
                     key,
@@ -389,7 +378,7 @@ class RedisLedger:
                     LEDGER_TTL_S,
                     head_json(finished, completed_with=("actor",)),
                     OUTBOX_TTL_S,
-                    self._actor or "",
+                    self.actor or "",
                 ],
             ),
         )
@@ -398,14 +387,14 @@ class RedisLedger:
     async def _hint(self, tag: str, now: float) -> None:
         """The audit outbox's pending hint, before the fact (``bot.store.staging``)."""
         async with translated("audit hint"):
-            await self._redis.zadd(self._keys.audit_pending_of(tag), {tag: now})
+            await self.redis.zadd(self.keys.audit_pending_of(tag), {tag: now})
 
     def _notify(self, tag: str) -> None:
-        if self._on_audit is not None:
-            self._on_audit(tag)
+        if self.on_audit is not None:
+            self.on_audit(tag)
 
     async def entries(self, job_id: str) -> dict[str, LedgerRecord]:
         """Every entry of a job, by idempotency key (traces, tests)."""
         async with translated("ledger entries"):
-            raw = await self._redis.hgetall(self._keys.ledger(job_id))
+            raw = await self.redis.hgetall(self.keys.ledger(job_id))
         return {str(k): _parse(str(k), str(v)) for k, v in raw.items()}

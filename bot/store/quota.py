@@ -32,10 +32,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
-
-import redis.asyncio as aioredis
 
 from bot.agent.ports import WORKSPACE_CAP, SpendHold, SpendRefused
 from bot.errors import StoreError
@@ -45,8 +43,8 @@ from bot.store.cap_status import CapStatus as CapStatus
 from bot.store.cap_status import utc_day as utc_day
 from bot.store.connection import hash_reply, reply_text, translated
 from bot.store.keys import QUOTA_TAG, Keys
-from bot.store.lua import Lua
 from bot.store.quota_scripts import ADMIT, ADMIT_RATE, RAISE, RESERVE, SETTLE
+from bot.store.redis_store import Lua, RedisStore
 
 DAY_TTL_S = 4 * 24 * 3600  # a day's counters outlive it: late settles, status, the CLI
 RATE_WINDOW_S = 3600.0
@@ -79,42 +77,35 @@ class NotReached:
     status: CapStatus
 
 
-class DailyCaps:
+@dataclass(eq=False, kw_only=True)
+class DailyCaps(RedisStore):
     """The workspace's daily caps on model tokens and dollars (see the module docstring).
 
     ``reserve`` with an unpriced call (``cost_usd=None``) under a dollar cap counts its
     tokens only: it is refused only when the dollar cap is already reached, since its
     cost cannot be known."""
 
+    tokens: int | None
+    cost_usd: float | None
+    now: Callable[[], float] = time.time
+    _base_c: int | None = field(init=False)  # the dollar cap in micro-dollars, as counted
+
     _reserve = Lua(RESERVE)
     _settle = Lua(SETTLE)
     _raise = Lua(RAISE)
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        *,
-        tokens: int | None,
-        cost_usd: float | None,
-        now: Callable[[], float] = time.time,
-    ) -> None:
-        if tokens is None and cost_usd is None:
+    def __post_init__(self) -> None:
+        if self.tokens is None and self.cost_usd is None:
             raise ValueError("a daily cap needs a token or a dollar cap")
-        self._redis = redis
-        self._keys = keys
-        self.tokens = tokens
-        self.cost_usd = cost_usd
-        self._base_c = None if cost_usd is None else to_micro(cost_usd)
-        self.now = now
+        self._base_c = None if self.cost_usd is None else to_micro(self.cost_usd)
 
     def day_key(self, day: str) -> str:
-        return day_key(self._keys, day)
+        return day_key(self.keys, day)
 
     @property
     def audit_outbox(self) -> str:
         """Where a raise stages its audit entry (the ``{quota}`` tag's outbox)."""
-        return self._keys.audit_outbox(QUOTA_TAG)
+        return self.keys.audit_outbox(QUOTA_TAG)
 
     @property
     def cap_args(self) -> list[str]:
@@ -193,7 +184,7 @@ class DailyCaps:
         """Today's counters and caps (one read)."""
         day = utc_day(self.now())
         async with translated("daily cap status"):
-            got = await self._redis.hgetall(self.day_key(day))
+            got = await self.redis.hgetall(self.day_key(day))
         return self.status_of(day, {reply_text(k): reply_text(v) for k, v in got.items()})
 
     async def raise_for_day(
@@ -232,35 +223,25 @@ class DailyCaps:
             if audit_outbox is not None:
                 # The hint first (the audit log's design): a crash after it leaves a
                 # hint to an empty outbox, never an entry nobody looks for.
-                await self._redis.zadd(self._keys.audit_pending_of(QUOTA_TAG), {QUOTA_TAG: now})
+                await self.redis.zadd(self.keys.audit_pending_of(QUOTA_TAG), {QUOTA_TAG: now})
             reply = await self._raise(keys=keys, args=args)
         status = self.status_of(day, hash_reply(reply[1:]))
         return Raised(status) if reply_text(reply[0]) == "raised" else NotReached(status)
 
 
-class JobRate:
+@dataclass(eq=False, kw_only=True)
+class JobRate(RedisStore):
     """How many jobs each person may start in any hour (a sliding window, see the module
     docstring); ``per_hour=0``: no rate."""
 
+    per_hour: int
+    now: Callable[[], float] = time.time
+    window_s: float = RATE_WINDOW_S
+
     _script = Lua(ADMIT_RATE)
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        *,
-        per_hour: int,
-        now: Callable[[], float] = time.time,
-        window_s: float = RATE_WINDOW_S,
-    ) -> None:
-        self._redis = redis
-        self._keys = keys
-        self.per_hour = per_hour
-        self.window_s = window_s
-        self.now = now
-
     def user_key(self, user: str) -> str:
-        return jobs_key(self._keys, user)
+        return jobs_key(self.keys, user)
 
     async def admit(self, user: str, *, key: str | None = None) -> float | None:
         """Count a job ``user`` starts, or refuse it: ``None`` when admitted (and counted),
@@ -292,7 +273,7 @@ class JobRate:
         """Jobs ``user`` started in the last hour (tests, status)."""
         async with translated("job rate count"):
             return int(
-                await self._redis.zcount(
+                await self.redis.zcount(
                     self.user_key(user), f"({self.now() - self.window_s!r}", "+inf"
                 )
             )
@@ -327,27 +308,17 @@ class RateLimited:
 Verdict = Admitted | CapReached | RateLimited
 
 
-class JobAdmission:
+@dataclass(eq=False, kw_only=True)
+class JobAdmission(RedisStore):
     """Whether a message may start a job: today's caps not reached and its author's rate
     not exceeded, checked and counted in one script (the ack path's one extra round
     trip). Either part may be absent."""
 
-    _script = Lua(ADMIT)
+    caps: DailyCaps | None
+    rate: JobRate | None
+    now: Callable[[], float] = time.time
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        *,
-        caps: DailyCaps | None,
-        rate: JobRate | None,
-        now: Callable[[], float] = time.time,
-    ) -> None:
-        self._redis = redis
-        self._keys = keys
-        self.caps = caps
-        self.rate = rate
-        self.now = now
+    _script = Lua(ADMIT)
 
     @property
     def active(self) -> bool:
@@ -366,9 +337,9 @@ class JobAdmission:
         async with translated("job admission"):
             reply = await self._script(
                 keys=[
-                    day_key(self._keys, day),
-                    jobs_key(self._keys, user),
-                    message_key(self._keys, key),
+                    day_key(self.keys, day),
+                    jobs_key(self.keys, user),
+                    message_key(self.keys, key),
                 ],
                 args=[
                     *(caps.cap_args if caps is not None else ["", ""]),

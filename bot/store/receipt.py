@@ -36,14 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import redis.asyncio as aioredis
-
 from bot.store.connection import reply_text, translated
 from bot.store.failover import retried
 from bot.store.inject import APPEND_STEPS, GROUP
 from bot.store.jobs import JobLimits, JobRecord, JobStatus, job_prefixes, new_job
-from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, Keys, Thread
-from bot.store.lua import Lua
+from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, Thread
+from bot.store.redis_store import Lua, RedisStore
 from bot.store.replicas import NONE, Replication, replicated
 
 Outcome = Literal["created", "joined", "duplicate", "ignored"]
@@ -123,24 +121,15 @@ class Receipt:
         )
 
 
-class Receipts:
+@dataclass(eq=False, kw_only=True)
+class Receipts(RedisStore):
     """Everything written to the threads' inject streams (see the module docstring)."""
+
+    now: Callable[[], float] = time.time
+    replication: Replication = NONE
 
     _script = Lua(_RECEIVE)
     _append = Lua(_APPEND)
-
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        *,
-        now: Callable[[], float] = time.time,
-        replication: Replication = NONE,
-    ) -> None:
-        self._redis = redis
-        self._keys = keys
-        self._now = now
-        self._replication = replication
 
     async def receive(
         self,
@@ -154,15 +143,15 @@ class Receipts:
     ) -> Receipt:
         """Persist a human message and start a job for it unless one is live
         (see the module docstring)."""
-        keys = self._keys
-        now = self._now()
+        keys = self.keys
+        now = self.now()
         template = new_job(thread, requester=user, limits=limits, now=now, request_ts=ts)
         id_prefix, key_prefix = job_prefixes(keys, thread)
         outcome, job_id, status = await retried(  # idempotent by ts (bot.store.failover)
             "message receipt",
             lambda: replicated(
-                self._redis,
-                self._replication,
+                self.redis,
+                self.replication,
                 "message receipt",
                 self._script,
                 keys=[
@@ -184,7 +173,7 @@ class Receipts:
                     key_prefix,
                     JOB_TTL_S,
                     template.model_dump_json(),
-                    self._replication.touch,
+                    self.replication.touch,
                 ],
             ),
         )
@@ -202,7 +191,7 @@ class Receipts:
 
     async def append(self, thread: Thread, *, ts: str, text: str, author: str | None) -> bool:
         """Add an entry that starts no job; False when ``ts`` was received before."""
-        keys = self._keys
+        keys = self.keys
         async with translated("inject receive"):
             added = await self._append(
                 keys=[keys.inject(thread), keys.inject_seen(thread), keys.inject_seq(thread)],
@@ -213,5 +202,5 @@ class Receipts:
     async def count(self, thread: Thread) -> int:
         """How many entries this thread's stream has received (within the keys' TTL)."""
         async with translated("inject seq"):
-            value = await self._redis.get(self._keys.inject_seq(thread))
+            value = await self.redis.get(self.keys.inject_seq(thread))
         return int(value or 0)

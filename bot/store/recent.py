@@ -14,27 +14,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from bot.store.buckets import merged, read_buckets
 from bot.store.connection import translated
 from bot.store.jobs import JobRecord
-from bot.store.keys import JOB_TTL_S, RECENT_JOBS_MAX, Keys, job_bucket
+from bot.store.keys import JOB_TTL_S, RECENT_JOBS_MAX, job_bucket
+from bot.store.redis_store import RedisStore
 
 
-class RecentJobs:
+class RecentJobs(RedisStore):
     """Write and read the newest-jobs indexes."""
-
-    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
-        self._redis = redis
-        self._keys = keys
 
     async def add(self, job_id: str, *, requester: str, at: float) -> None:
         """Record a created job in the workspace's and its requester's index."""
         async with translated("recent jobs"):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                everyone = self._keys.recent_jobs(job_bucket(job_id))
-                for key in (everyone, self._keys.recent_jobs_of(requester)):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                everyone = self.keys.recent_jobs(job_bucket(job_id))
+                for key in (everyone, self.keys.recent_jobs_of(requester)):
                     pipe.zadd(key, {job_id: at})
                     pipe.zremrangebyrank(key, 0, -(RECENT_JOBS_MAX + 1))
                     pipe.expire(key, JOB_TTL_S)
@@ -47,13 +42,13 @@ class RecentJobs:
             return []
         if user:
             async with translated("recent jobs"):
-                ids = await self._redis.zrevrange(self._keys.recent_jobs_of(user), 0, limit - 1)
+                ids = await self.redis.zrevrange(self.keys.recent_jobs_of(user), 0, limit - 1)
             return [str(i) for i in ids]
 
         def read(pipe: Any, key: str) -> None:
             pipe.zrevrange(key, 0, limit - 1, withscores=True)
 
-        replies = await read_buckets(self._redis, "recent jobs", self._keys.recent_jobs, read)
+        replies = await read_buckets(self.redis, "recent jobs", self.keys.recent_jobs, read)
         return [job_id for job_id, _ in merged(replies, limit, reverse=True)]
 
     async def records(self, job_ids: Sequence[str]) -> list[JobRecord]:
@@ -61,9 +56,9 @@ class RecentJobs:
         if not job_ids:
             return []
         async with translated("recent jobs"):
-            async with self._redis.pipeline(transaction=False) as pipe:
+            async with self.redis.pipeline(transaction=False) as pipe:
                 for job_id in job_ids:
-                    pipe.hget(self._keys.job(job_id), "data")
+                    pipe.hget(self.keys.job(job_id), "data")
                 raws = await pipe.execute()
         out = []
         for raw in raws:

@@ -29,7 +29,7 @@ from bot.store.inject import InjectReader
 from bot.store.jobs import JobRecord
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, TRACE_TTL_S, Keys
 from bot.store.lease import Lease
-from bot.store.lua import Lua
+from bot.store.redis_store import Lua, RedisStore
 from bot.store.trace import MAX_TRACE_ENTRIES, TraceRecorder
 
 # KEYS: job hash, history list, trace list.
@@ -63,7 +63,7 @@ return 1
 """
 
 
-class JobSession:
+class JobSession(RedisStore):
     """The store's side of one run of one job, under a held lease."""
 
     _script = Lua(_CHECKPOINT)
@@ -80,8 +80,7 @@ class JobSession:
         on_cancel: Callable[[str], None] | None = None,
         now: Callable[[], float] = time.time,
     ) -> None:
-        self._redis = redis
-        self._keys = keys
+        super().__init__(redis, keys)
         self.record = record
         self.lease = lease
         self.history = history
@@ -121,7 +120,7 @@ class JobSession:
         step = self._step(state)
         try:
             async with translated("job checkpoint"):
-                pipe = self._redis.pipeline(transaction=True)
+                pipe = self.redis.pipeline(transaction=True)
                 # Not ``pipe.evalsha``: redis-py's cluster pipeline refuses that name
                 # (the command itself runs there, on the slot of its keys).
                 pipe.execute_command(
@@ -160,9 +159,9 @@ class JobSession:
             items=items,
             traces=traces,
             keys=[
-                self._keys.job(record.id),
-                self._keys.history(record.thread),
-                self._keys.trace(record.id),
+                self.keys.job(record.id),
+                self.keys.history(record.thread),
+                self.keys.trace(record.id),
             ],
             args=[
                 self.record.status.value,
