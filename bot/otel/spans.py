@@ -38,6 +38,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.context import Context
@@ -61,22 +62,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes
 
-from bot.agent.events import (
-    ApprovalRequested,
-    CondenseDone,
-    CondenseFailed,
-    Event,
-    InjectedMessages,
-    LimitReached,
-    ModelFallback,
-    ModelRequestEnd,
-    ModelRequestStart,
-    RunEnd,
-    StreamDelta,
-    ToolEnd,
-    ToolProgress,
-    ToolStart,
-)
+# The core's events, always named ``events.…``: a span's own events (``add_event``) are
+# OpenTelemetry's.
+from bot.agent import events
 from bot.agent.ports import Approved, Decision, Denied
 from bot.agent.state import StopReason
 from bot.agent.tools import Tool
@@ -182,23 +170,21 @@ class _CountingBatch(BatchSpanProcessor):
         super().on_end(span)
 
 
+@dataclass(eq=False)
 class GenAiTracing:
     """The process's tracer provider, batch processor and exporter (one per process)."""
 
-    def __init__(
-        self,
-        provider: TracerProvider,
-        options: TracingOptions,
-        ids: _JobTraceIds,
-    ) -> None:
-        self.provider = provider
-        self.options = options
-        self.ids = ids
-        self.tracer: Tracer = provider.get_tracer(
-            "opsloop", options.service_version or None, schema_url=SCHEMA_URL
+    provider: TracerProvider
+    options: TracingOptions
+    ids: _JobTraceIds
+    tracer: Tracer = field(init=False)
+    dropped: int = field(default=0, init=False)  # spans lost to a full queue or a failed export
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.tracer = self.provider.get_tracer(
+            "opsloop", self.options.service_version or None, schema_url=SCHEMA_URL
         )
-        self.dropped = 0
-        self._lock = threading.Lock()
 
     @classmethod
     def open(cls, options: TracingOptions, exporter: SpanExporter | None = None) -> GenAiTracing:
@@ -303,7 +289,7 @@ class RunSpans:
 
     # -- the sink ---------------------------------------------------------------------
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: events.Event) -> None:
         if self._ended:
             return
         try:
@@ -321,17 +307,17 @@ class RunSpans:
 
     # -- events -------------------------------------------------------------------------
 
-    def _on(self, event: Event) -> None:
+    def _on(self, event: events.Event) -> None:
         match event:
-            case StreamDelta():
+            case events.StreamDelta():
                 return
-            case ModelRequestStart():
+            case events.ModelRequestStart():
                 self._chat_start(event)
-            case ModelRequestEnd():
+            case events.ModelRequestEnd():
                 self._chat_end(event)
-            case ToolStart():
+            case events.ToolStart():
                 self._tool_start(event)
-            case ToolProgress():
+            case events.ToolProgress():
                 span = self._tools.get((event.call_id, False)) or self._tools.get(
                     (event.call_id, True)
                 )
@@ -339,9 +325,9 @@ class RunSpans:
                     span.add_event(
                         "opsloop.tool.progress", {"opsloop.message": self._content(event.message)}
                     )
-            case ToolEnd():
+            case events.ToolEnd():
                 self._tool_end(event)
-            case ApprovalRequested():
+            case events.ApprovalRequested():
                 approval = event.approval
                 attributes: dict[str, Any] = {
                     "gen_ai.tool.call.id": approval.call_id,
@@ -351,7 +337,7 @@ class RunSpans:
                 if self._options.capture_content:
                     attributes["gen_ai.tool.call.arguments"] = self._json(approval.arguments)
                 self.span.add_event("opsloop.approval.requested", attributes)
-            case InjectedMessages():
+            case events.InjectedMessages():
                 self.span.add_event(
                     "opsloop.injected",
                     {
@@ -359,7 +345,7 @@ class RunSpans:
                         "opsloop.inject.ids": list(event.ids[:MAX_IDS]),
                     },
                 )
-            case ModelFallback():
+            case events.ModelFallback():
                 self.span.add_event(
                     "opsloop.model.fallback",
                     {
@@ -368,7 +354,7 @@ class RunSpans:
                         "opsloop.error": self._scrubbed(event.error),
                     },
                 )
-            case LimitReached():
+            case events.LimitReached():
                 self.span.add_event(
                     "opsloop.limit",
                     {
@@ -376,15 +362,15 @@ class RunSpans:
                         "opsloop.limit.detail": self._scrubbed(event.detail),
                     },
                 )
-            case CondenseDone():
+            case events.CondenseDone():
                 self.span.add_event(
                     "opsloop.condensed", {"opsloop.condense.replaced": event.replaced}
                 )
-            case CondenseFailed():
+            case events.CondenseFailed():
                 self.span.add_event(
                     "opsloop.condense_failed", {"opsloop.error": self._scrubbed(event.error)}
                 )
-            case RunEnd():
+            case events.RunEnd():
                 self._run_end(event)
 
     def _decision_event(self, decision: Decision, tool: str | None) -> None:
@@ -422,14 +408,14 @@ class RunSpans:
             },
         )
 
-    def _chat_start(self, event: ModelRequestStart) -> None:
+    def _chat_start(self, event: events.ModelRequestStart) -> None:
         if self._chat is not None:  # a start without its end: close it first
             self._chat.end()
         self._chat = self._chat_span(
             event.model, {"opsloop.iteration": event.iteration, "opsloop.attempt": event.attempt}
         )
 
-    def _chat_end(self, event: ModelRequestEnd) -> None:
+    def _chat_end(self, event: events.ModelRequestEnd) -> None:
         span, self._chat = self._chat, None
         if span is None:  # an end without its start: the span still tells the outcome
             span = self._chat_span(event.model)
@@ -466,13 +452,13 @@ class RunSpans:
             attributes=attributes,
         )
 
-    def _tool_start(self, event: ToolStart) -> None:
+    def _tool_start(self, event: events.ToolStart) -> None:
         span = self._tool_span(event.call_id, event.tool, event.dry_run)
         if self._options.capture_content:
             span.set_attribute("gen_ai.tool.call.arguments", self._json(event.arguments))
         self._tools[(event.call_id, event.dry_run)] = span
 
-    def _tool_end(self, event: ToolEnd) -> None:
+    def _tool_end(self, event: events.ToolEnd) -> None:
         span = self._tools.pop((event.call_id, event.dry_run), None)
         if span is None:  # refused before running: no ToolStart, a span of no length
             span = self._tool_span(event.call_id, event.tool, event.dry_run)
@@ -493,7 +479,7 @@ class RunSpans:
             span.set_attribute("gen_ai.tool.call.result", self._content(event.summary))
         span.end()
 
-    def _run_end(self, event: RunEnd) -> None:
+    def _run_end(self, event: events.RunEnd) -> None:
         result = event.result
         span = self.span
         span.set_attribute("opsloop.stop_reason", result.stop_reason.value)
