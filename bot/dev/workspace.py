@@ -67,6 +67,7 @@ from bot.emulator.sender import (
     NO_ANSWER,
     RETRY_DELAYS_S,
     USER_AGENT,
+    ActedOn,
     Delivery,
     Sent,
     block_actions,
@@ -285,16 +286,11 @@ class Emulator(FakeSlack):
             raise EmulatorError("button_not_found", status=404)
         block_id, button = found
         payload = block_actions(
-            user_id=user.id,
-            user_name=user.name,
-            channel=channel,
-            channel_name=self._channel_name(channel),
-            message=held.as_slack(),
             message_ts=held.ts,
             thread_ts=held.thread_ts,
             block_id=block_id,
             button=button,
-            response_url=self._response_urls.new(self.api_url, channel, held, user.id),
+            **self._acted_on(user, channel, held),
         )
         return await self._interact(payload, held)
 
@@ -306,15 +302,7 @@ class Emulator(FakeSlack):
         :meth:`click_as` returns it (``message_not_found``: 404)."""
         user = self.user(user_id)
         held = self._clicked(channel, message_ts)
-        payload = message_action(
-            callback_id=callback_id,
-            user_id=user.id,
-            user_name=user.name,
-            channel=channel,
-            channel_name=self._channel_name(channel),
-            message=held.as_slack(),
-            response_url=self._response_urls.new(self.api_url, channel, held, user.id),
-        )
+        payload = message_action(callback_id=callback_id, **self._acted_on(user, channel, held))
         return await self._interact(payload, held)
 
     def _clicked(self, channel: str, message_ts: str) -> Message:
@@ -322,6 +310,17 @@ class Emulator(FakeSlack):
         if held is None:
             raise EmulatorError("message_not_found", status=404)
         return held
+
+    def _acted_on(self, user: DevUser, channel: str, held: Message) -> ActedOn:
+        """``user`` acting on ``held``, with a fresh ``response_url`` for the bot's answer."""
+        return ActedOn(
+            user_id=user.id,
+            user_name=user.name,
+            channel=channel,
+            channel_name=self._channel_name(channel),
+            message=held.as_slack(),
+            response_url=self._response_urls.new(self.api_url, channel, held, user.id),
+        )
 
     async def _interact(self, payload: dict[str, Any], held: Message) -> int:
         """Send a click's or a shortcut's payload to the bot; its HTTP status."""

@@ -46,7 +46,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, Unpack
+from typing import Any, Literal, NotRequired, TypedDict, Unpack
 from urllib.parse import urlencode
 
 import aiohttp
@@ -308,59 +308,64 @@ def _trigger_id() -> str:
     return f"{int(time.time())}.{secrets.randbelow(10**12)}.{uuid.uuid4().hex}"
 
 
-def message_action(
-    *,
-    callback_id: str,
-    user_id: str,
-    user_name: str,
-    channel: str,
-    channel_name: str,
-    message: Mapping[str, Any],
-    response_url: str,
-    team: str = TEAM_ID,
-    api_app_id: str = APP_ID,
-) -> dict[str, Any]:
-    """The ``message_action`` payload of a message shortcut used on ``message`` (Slack's
-    shape, e.g. ``Message.as_slack()``) by ``user_id``."""
+class ActedOn(TypedDict):
+    """Who acted on which message, and where the bot answers: what every interactivity
+    payload (a click, a shortcut) carries (``team``, ``api_app_id``: the fake's unless given)."""
+
+    user_id: str
+    user_name: str
+    channel: str
+    channel_name: str
+    message: Mapping[str, Any]  # in Slack's shape, e.g. ``Message.as_slack()``
+    response_url: str
+    team: NotRequired[str]
+    api_app_id: NotRequired[str]
+
+
+def _interaction(kind: str, acted: ActedOn) -> dict[str, Any]:
+    """The fields every interactivity payload has, of type ``kind``."""
+    team = acted.get("team", TEAM_ID)
+    name = acted["user_name"]
     return {
-        "type": "message_action",
+        "type": kind,
         "token": VERIFICATION_TOKEN,
-        "action_ts": f"{time.time():.6f}",
         "team": {"id": team, "domain": TEAM_DOMAIN},
-        "user": {"id": user_id, "username": user_name, "name": user_name, "team_id": team},
-        "channel": {"id": channel, "name": channel_name},
+        "user": {"id": acted["user_id"], "username": name, "name": name, "team_id": team},
+        "channel": {"id": acted["channel"], "name": acted["channel_name"]},
         "is_enterprise_install": False,
         "enterprise": None,
-        "api_app_id": api_app_id,
-        "callback_id": callback_id,
+        "api_app_id": acted.get("api_app_id", APP_ID),
         "trigger_id": _trigger_id(),
-        "response_url": response_url,
-        "message_ts": str(message.get("ts", "")),
-        "message": dict(message),
+        "response_url": acted["response_url"],
+        "message": dict(acted["message"]),
+    }
+
+
+def message_action(*, callback_id: str, **acted: Unpack[ActedOn]) -> dict[str, Any]:
+    """The ``message_action`` payload of the message shortcut ``callback_id`` used on
+    ``message``."""
+    return {
+        **_interaction("message_action", acted),
+        "action_ts": f"{time.time():.6f}",
+        "callback_id": callback_id,
+        "message_ts": str(acted["message"].get("ts", "")),
     }
 
 
 def block_actions(
     *,
-    user_id: str,
-    user_name: str,
-    channel: str,
-    channel_name: str,
-    message: Mapping[str, Any],
     message_ts: str,
     thread_ts: str | None,
     block_id: str,
     button: Mapping[str, Any],
-    response_url: str,
-    team: str = TEAM_ID,
-    api_app_id: str = APP_ID,
+    **acted: Unpack[ActedOn],
 ) -> dict[str, Any]:
     """The ``block_actions`` payload of a click on ``button`` (its ``action_id``, ``value``,
-    ``text``, ``style``) of ``message`` (in Slack's shape, e.g. ``Message.as_slack()``)."""
+    ``text``, ``style``) of ``message``."""
     container: dict[str, Any] = {
         "type": "message",
         "message_ts": message_ts,
-        "channel_id": channel,
+        "channel_id": acted["channel"],
         "is_ephemeral": False,
     }
     if thread_ts:
@@ -378,19 +383,9 @@ def block_actions(
     if button.get("style"):
         action["style"] = button["style"]
     return {
-        "type": "block_actions",
-        "user": {"id": user_id, "username": user_name, "name": user_name, "team_id": team},
-        "api_app_id": api_app_id,
-        "token": VERIFICATION_TOKEN,
+        **_interaction("block_actions", acted),
         "container": container,
-        "trigger_id": _trigger_id(),
-        "team": {"id": team, "domain": TEAM_DOMAIN},
-        "enterprise": None,
-        "is_enterprise_install": False,
-        "channel": {"id": channel, "name": channel_name},
-        "message": dict(message),
         "state": {"values": {}},
-        "response_url": response_url,
         "actions": [action],
     }
 
@@ -475,6 +470,7 @@ __all__ = [
     "RETRY_DELAYS_S",
     "USER_AGENT",
     "VERIFICATION_TOKEN",
+    "ActedOn",
     "Delivery",
     "EnvelopeOptions",
     "app_home_opened",
