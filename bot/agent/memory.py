@@ -1,5 +1,6 @@
 """In-process memory: the reference implementation of the ``Memory`` protocol, and the
-rule every implementation applies to an approved call (``record_approver``).
+rule every implementation applies to an approved call (``record_approver``; on an
+append, ``record_approver_of``).
 
 Who approved a call is known only when its result comes back, after the assistant
 message holding the call was stored (it is durable before the job pauses for the
@@ -109,6 +110,22 @@ def replace_message(
             return
 
 
+def record_approver_of(
+    message: AnyMessage,
+    messages: MutableSequence[AnyMessage],
+    *,
+    also: MutableSequence[AnyMessage],
+) -> None:
+    """What a memory does before it appends ``message``: a tool result rewrites the call
+    it answers in ``messages`` (``record_approver``), and the rewritten assistant message
+    takes the old one's place in ``also`` too (the memory's other list of the same
+    messages: its originals beside its condensed view)."""
+    if isinstance(message, ToolMessage):
+        swapped = record_approver(messages, message)
+        if swapped is not None:
+            replace_message(also, *swapped)
+
+
 @dataclass(slots=True)
 class InMemoryHistory:
     """History kept in a list; ``originals`` keeps everything ever appended."""
@@ -121,10 +138,7 @@ class InMemoryHistory:
         return self.messages
 
     def append(self, message: AnyMessage) -> None:
-        if isinstance(message, ToolMessage):
-            swapped = record_approver(self.messages, message)
-            if swapped is not None:
-                replace_message(self.originals, *swapped)
+        record_approver_of(message, self.messages, also=self.originals)
         self.messages.append(message)
         self.originals.append(message)
 

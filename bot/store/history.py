@@ -25,8 +25,8 @@ import redis.asyncio as aioredis
 from pydantic import TypeAdapter
 from redis.asyncio.client import Pipeline
 
-from bot.agent.memory import record_approver, record_approvers, replace_message
-from bot.agent.messages import AnyMessage, Message, ToolMessage, UserMessage
+from bot.agent.memory import record_approver_of, record_approvers
+from bot.agent.messages import AnyMessage, Message, UserMessage
 from bot.store.connection import translated
 from bot.store.keys import HISTORY_TTL_S, Keys, Thread
 
@@ -103,10 +103,7 @@ class RedisHistory:
     def append(self, message: AnyMessage) -> None:
         if not self._loaded:
             raise RuntimeError("RedisHistory.append before load(): call history() first")
-        if isinstance(message, ToolMessage):
-            swapped = record_approver(self._originals, message)
-            if swapped is not None:
-                replace_message(self._effective, *swapped)
+        record_approver_of(message, self._originals, also=self._effective)
         self._originals.append(message)
         self._effective.append(message)
         self._note(message)
