@@ -29,6 +29,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 
 from bot.agent.cancel import CancelToken
 from bot.agent.ports import LedgerEntry
@@ -45,34 +46,25 @@ NOT_CONFIRMED = (
 )
 
 
+@dataclass(eq=False)
 class PatientLedger:
     """The core's ``Ledger`` for one run: ``RedisLedger`` whose refused claims wait for
     the replicas (see the module docstring)."""
 
-    def __init__(
-        self,
-        ledger: RedisLedger,
-        approvals: Approvals,
-        *,
-        cancel: CancelToken,
-        hand_over: Callable[[], bool],
-        now: Callable[[], float] = time.time,
-        pauses_s: tuple[float, ...] = PAUSES_S,
-    ) -> None:
-        """``hand_over``: whether the run must give the job up now (its lease lost, or
-        the process draining)."""
-        self._ledger = ledger
-        self._approvals = approvals
-        self._cancel = cancel
-        self._hand_over = hand_over
-        self._now = now
-        self._pauses_s = pauses_s
+    ledger: RedisLedger
+    approvals: Approvals
+    _: KW_ONLY
+    cancel: CancelToken
+    # Whether the run must give the job up now (its lease lost, or the process draining).
+    hand_over: Callable[[], bool]
+    now: Callable[[], float] = time.time
+    pauses_s: tuple[float, ...] = PAUSES_S
 
     async def begin(self, key: str, tool: str, args_hash: str) -> LedgerEntry | None:
         valid_until: float | None = None
         while True:
             try:
-                return await self._ledger.begin(key, tool, args_hash)
+                return await self.ledger.begin(key, tool, args_hash)
             except ClaimWithdrawn as refused:
                 if valid_until is None:
                     valid_until = await self._valid_until(key)
@@ -81,13 +73,13 @@ class PatientLedger:
             await self._replicas_back(key, valid_until)
 
     async def finish(self, key: str, output: str) -> None:
-        await self._ledger.finish(key, output)
+        await self.ledger.finish(key, output)
 
     async def _valid_until(self, key: str) -> float:
         """When the call's card expires (now, for a call without one: no wait)."""
         job_id, call_id = split_key(key)
-        approval = await self._approvals.get(job_id, call_id)
-        return approval.expires_at if approval is not None else self._now()
+        approval = await self.approvals.get(job_id, call_id)
+        return approval.expires_at if approval is not None else self.now()
 
     async def _replicas_back(self, key: str, valid_until: float) -> None:
         """Until enough replicas have the master's stream from now on (then a claim may
@@ -97,28 +89,28 @@ class PatientLedger:
         while True:
             try:
                 if since is None:
-                    since = await self._ledger.stream_offset(key)
-                if await self._ledger.replicas_caught_up(key, since=since):
+                    since = await self.ledger.stream_offset(key)
+                if await self.ledger.replicas_caught_up(key, since=since):
                     return
             except StoreError:  # a failover under way: look again after the pause
                 log.info("%s: the replicas could not be read", key, exc_info=True)
             self._still_waiting(valid_until)
-            pause = self._pauses_s[min(tries, len(self._pauses_s) - 1)]
+            pause = self.pauses_s[min(tries, len(self.pauses_s) - 1)]
             tries += 1
-            await self._pause(min(pause, max(valid_until - self._now(), 0.0)))
+            await self._pause(min(pause, max(valid_until - self.now(), 0.0)))
 
     def _still_waiting(self, valid_until: float) -> None:
-        if self._cancel.cancelled:
-            raise NotClaimed(f"{self._cancel.reason} while waiting for the replicas")
-        if self._hand_over():
+        if self.cancel.cancelled:
+            raise NotClaimed(f"{self.cancel.reason} while waiting for the replicas")
+        if self.hand_over():
             raise HandedOver("the run gave up the job while its write waited for replicas")
-        if self._now() >= valid_until:
+        if self.now() >= valid_until:
             raise NotClaimed(NOT_CONFIRMED)
 
     async def _pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if the run is stopped meanwhile."""
         stopped = asyncio.Event()
-        unsubscribe = self._cancel.subscribe(stopped.set)
+        unsubscribe = self.cancel.subscribe(stopped.set)
         try:
             async with asyncio.timeout(seconds):
                 await stopped.wait()
