@@ -145,14 +145,27 @@ class Notification:
         return {a.fingerprint: a.status for a in self.alerts}
 
 
+TOO_DEEP = "the body is nested too deeply"
+
+
 def parse(body: bytes) -> Notification:
     """The notification in a webhook body, or ``BadPayload`` saying what is wrong."""
+    # Nesting deeper than Python reads (or writes a value back) is bad input too, not a 5xx.
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:
         raise BadPayload(f"the body is not JSON ({exc.__class__.__name__})") from None
+    except RecursionError:
+        raise BadPayload(TOO_DEEP) from None
     if not isinstance(data, dict):
         raise BadPayload(f"the body must be a JSON object, not {type(data).__name__}")
+    try:
+        return _notification(data)
+    except RecursionError:
+        raise BadPayload(TOO_DEEP) from None
+
+
+def _notification(data: dict[str, Any]) -> Notification:
     raw_alerts = data.get("alerts")
     if raw_alerts is None:
         raise BadPayload("the payload has no 'alerts' list")
@@ -168,6 +181,7 @@ def parse(body: bytes) -> Notification:
         f"{receiver}:" + json.dumps(sorted(group_labels.items()), separators=(",", ":"))
     )
     truncated = data.get("truncatedAlerts")
+    truncated = truncated if type(truncated) is int and truncated > 0 else 0
     return Notification(
         group_key=group_key,
         status=_status(data.get("status")),
@@ -177,7 +191,7 @@ def parse(body: bytes) -> Notification:
         common_annotations=_pairs(data.get("commonAnnotations")),
         external_url=_text(data.get("externalURL")),
         alerts=alerts,
-        count=len(raw_alerts) + (truncated if isinstance(truncated, int) and truncated > 0 else 0),
-        truncated=truncated if isinstance(truncated, int) and truncated > 0 else 0,
+        count=len(raw_alerts) + truncated,
+        truncated=truncated,
         title=_text(data.get("title")),
     )

@@ -36,8 +36,8 @@ from bot.errors import ConfigError
 
 Investigate = Literal["yes", "no", "read_only"]
 
-_CHANNEL = re.compile(r"^[CGD][A-Z0-9]{2,}$")
-_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CHANNEL = re.compile(r"[CGD][A-Z0-9]{2,}")
+_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_ROUTES = 500
 MAX_FILE_BYTES = 1 << 20
 
@@ -90,7 +90,7 @@ class Routes:
 
 def single_channel(channel: str) -> Routes:
     """``OPSLOOP_ALERTS_CHANNEL`` without a routes file: everything there, investigated."""
-    if not _CHANNEL.match(channel):
+    if not _CHANNEL.fullmatch(channel):
         raise ConfigError(
             f"OPSLOOP_ALERTS_CHANNEL: {channel!r} is not a Slack channel id like C0123ABCD"
         )
@@ -157,7 +157,7 @@ def _parse(root: yaml.Node | None, path: Path, problems: list[str]) -> Routes:
     for key, value, line in _items(root):
         if key == "default_channel":
             channel = _scalar(value)
-            if channel is None or not _CHANNEL.match(channel):
+            if channel is None or not _CHANNEL.fullmatch(channel):
                 bad(line, "default_channel must be a Slack channel id like C0123ABCD")
             else:
                 default = Route(channel=channel)
@@ -188,7 +188,7 @@ def _route(node: yaml.Node, where: str, bad: Any) -> Route | None:
     for key, value, key_line in _items(node):
         if key == "channel":
             channel = _scalar(value)
-            if channel is None or not _CHANNEL.match(channel):
+            if channel is None or not _CHANNEL.fullmatch(channel):
                 bad(key_line, f"{where}: channel must be a Slack channel id like C0123ABCD")
                 ok = False
         elif key == "investigate":
@@ -227,7 +227,7 @@ def _matchers(node: yaml.Node, where: str, line: int, bad: Any) -> list[Matcher]
     ok = True
     for label, value, key_line in _items(node):
         text = _scalar(value)
-        if not _LABEL.match(label):
+        if not _LABEL.fullmatch(label):
             bad(key_line, f"{where}: {label!r} is not a label name")
             ok = False
         elif text is None:
