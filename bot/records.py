@@ -14,8 +14,8 @@ names they persist (``bot.store.jobs.JobRecord`` is this ``JobRecord``), so eith
 import works.
 
 The pydantic records are persisted as JSON in Redis: their field names, order and
-defaults are the stored format (each carries a ``schema_version``), so a field is only
-ever appended, with a default.
+defaults are the stored format (each is a ``PersistedRecord``: strict, with a
+``schema_version``), so a field is only ever appended, with a default.
 """
 
 from __future__ import annotations
@@ -29,6 +29,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from bot.agent.ports import LedgerEntry
 from bot.agent.state import RunState, StopReason
 from bot.errors import StoreError
+
+
+class PersistedRecord(BaseModel):
+    """A record persisted as JSON: strict (a field it does not know is an error) and
+    versioned (``schema_version``, the first field of the stored JSON)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = 1
+
 
 # -- threads ---------------------------------------------------------------------------
 
@@ -116,12 +126,9 @@ class LimitRaise(BaseModel):
     at: float
 
 
-class JobRecord(BaseModel):
-    """Everything about one job; persisted as JSON."""
+class JobRecord(PersistedRecord):
+    """Everything about one job."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = 1
     id: str
     channel: str
     thread_ts: str
@@ -150,12 +157,9 @@ Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
 Outcome = Literal["approved", "denied", "expired", "cancelled"]
 
 
-class ApprovalRecord(BaseModel):
+class ApprovalRecord(PersistedRecord):
     """A call waiting for (or given) a human decision."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = 1
     job_id: str
     call_id: str
     tool: str
@@ -192,12 +196,9 @@ class CardReply:
 # -- the write ledger (stored by bot.store.ledger) -------------------------------------
 
 
-class LedgerRecord(BaseModel):
-    """One mutating call's ledger entry, as stored."""
+class LedgerRecord(PersistedRecord):
+    """One mutating call's ledger entry."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = 1
     # withdrawn: claimed, no replica confirmed the claim, and taken back: never started
     state: Literal["started", "done", "withdrawn"]
     tool: str | None = None

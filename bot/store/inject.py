@@ -56,17 +56,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Container, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, cast
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from bot.agent.ports import Injected
 from bot.store.connection import StoreUnavailable, translated
 from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.history import RedisHistory
-from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread
+from bot.store.keys import LEASE_RENEW_S, LEASE_TTL_MS, Thread
+from bot.store.redis_store import RedisStore
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,8 @@ def sent_at(ts: str) -> float | None:
     return at if 0 < at < 1e11 else None
 
 
-class InjectReader:
+@dataclass(eq=False)
+class InjectReader(RedisStore):
     """The core's ``Inject`` port over a thread's stream, for one running job.
 
     ``consumer`` names this reader in the group; a process that restarts with the same
@@ -135,38 +136,30 @@ class InjectReader:
     (Slack ts) of the job's durable history. ``clock`` is a monotonic clock in seconds.
     """
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        keys: Keys,
-        thread: Thread,
-        *,
-        consumer: str,
-        seen_ids: Callable[[], Container[str]],
-        on_visible_ack: Callable[[Sequence[Injected]], Awaitable[None]] | None = None,
-        claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS,
-        batch: int = DEFAULT_BATCH,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if batch < 1 or claim_idle_ms < 0:
+    thread: Thread
+    _: KW_ONLY
+    consumer: str
+    seen_ids: Callable[[], Container[str]]
+    on_visible_ack: Callable[[Sequence[Injected]], Awaitable[None]] | None = None
+    claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS
+    batch: int = DEFAULT_BATCH
+    clock: Callable[[], float] = time.monotonic
+    seen_seq: int = field(default=0, init=False)
+    """Every reply received up to this count has reached this reader."""
+    held_elsewhere: int = field(default=0, init=False)
+    """Unacked entries other consumers held at the last fetch."""
+    # Whether this consumer's own pending list is empty: known only after a short read of it.
+    _own_pending_empty: bool = field(default=False, init=False)
+    _claim_cursor: str = field(default=_CURSOR_START, init=False)
+    _next_claim_at: float | None = field(default=None, init=False)  # None: claim on the next fetch
+    # What was handed out and not acked yet: Slack ts → stream id.
+    _handed_out: dict[str, str] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        if self.batch < 1 or self.claim_idle_ms < 0:
             raise ValueError("batch must be ≥ 1 and claim_idle_ms ≥ 0")
-        self._redis = redis
-        self._stream = keys.inject(thread)
-        self._seq_key = keys.inject_seq(thread)
-        self._consumer = consumer
-        self._seen_ids = seen_ids
-        self._on_visible_ack = on_visible_ack
-        self._claim_idle_ms = claim_idle_ms
-        self._batch = batch
-        self._clock = clock
-        self._own_pending_empty = False  # known only after a short read of our PEL
-        self._claim_cursor = _CURSOR_START
-        self._next_claim_at: float | None = None  # None: claim on the next fetch
-        self._handed_out: dict[str, str] = {}  # Slack ts → stream id, until acked
-        self.seen_seq = 0
-        """Every reply received up to this count has reached this reader."""
-        self.held_elsewhere = 0
-        """Unacked entries other consumers held at the last fetch."""
+        self._stream = self.keys.inject(self.thread)
+        self._seq_key = self.keys.inject_seq(self.thread)
 
     async def fetch(self) -> Sequence[Injected]:
         """Replies to append to the history, oldest first (see the module docstring).
@@ -176,7 +169,7 @@ class InjectReader:
         async def attempt() -> Sequence[Injected]:
             try:
                 async with translated("inject fetch"):
-                    pipe = self._redis.pipeline(transaction=True)
+                    pipe = self.redis.pipeline(transaction=True)
                     plan = self.queue(pipe)
                     replies = list(await pipe.execute(raise_on_error=False))
                 return await self.take(plan, replies)
@@ -196,22 +189,22 @@ class InjectReader:
         before them); ``take`` reads their replies, the last ones of the pipeline."""
         plan = FetchPlan(
             read_own=not self._own_pending_empty or bool(self._handed_out),
-            now=self._clock(),
+            now=self.clock(),
             claim=False,
         )
         plan.claim = self._next_claim_at is None or plan.now >= self._next_claim_at
         if plan.read_own:
-            pipe.xreadgroup(GROUP, self._consumer, {self._stream: "0"}, count=self._batch)
+            pipe.xreadgroup(GROUP, self.consumer, {self._stream: "0"}, count=self.batch)
         if plan.claim:
             pipe.xautoclaim(
                 self._stream,
                 GROUP,
-                self._consumer,
-                min_idle_time=self._claim_idle_ms,
+                self.consumer,
+                min_idle_time=self.claim_idle_ms,
                 start_id=self._claim_cursor,
-                count=self._batch,
+                count=self.batch,
             )
-        pipe.xreadgroup(GROUP, self._consumer, {self._stream: ">"}, count=self._batch)
+        pipe.xreadgroup(GROUP, self.consumer, {self._stream: ">"}, count=self.batch)
         pipe.get(self._seq_key)
         pipe.xpending(self._stream, GROUP)
         return plan
@@ -219,7 +212,7 @@ class InjectReader:
     async def take(self, plan: FetchPlan, replies: list[Any]) -> Sequence[Injected]:
         """The replies ``queue``'s commands got (popped off the end of ``replies``)."""
         async with translated("inject fetch"):
-            self.held_elsewhere = _held_by_others(_ok(replies.pop()), self._consumer)
+            self.held_elsewhere = _held_by_others(_ok(replies.pop()), self.consumer)
             seq_reply = _ok(replies.pop())
             new = _read_entries(_ok(replies.pop()))
             claimed: list[_Entry] = []
@@ -229,13 +222,13 @@ class InjectReader:
             own: list[_Entry] = []
             if plan.read_own:
                 own = _read_entries(_ok(replies.pop()))
-                self._own_pending_empty = len(own) < self._batch
+                self._own_pending_empty = len(own) < self.batch
 
             self._advance_seen(new, seq_reply)
 
             items, drop, applied = self._select(own + claimed + new)
             if drop:
-                await self._redis.xack(self._stream, GROUP, *drop)
+                await self.redis.xack(self._stream, GROUP, *drop)
         # Applied before a crash that came between the flush and the XACK: the reply is
         # in the history, so it earns its visible ack now.
         await self._visible_ack(applied)
@@ -259,7 +252,7 @@ class InjectReader:
             await self._flush_and_ack(history, appends, ids)
         elif ids:
             async with translated("inject ack"):
-                await self._redis.xack(self._stream, GROUP, *ids)
+                await self.redis.xack(self._stream, GROUP, *ids)
         for item in items:
             self._handed_out.pop(item.id, None)
         await self._visible_ack(items)
@@ -273,7 +266,7 @@ class InjectReader:
         back to the history's buffer unless they were written."""
         async with translated("inject ack"):
             try:
-                async with self._redis.pipeline(transaction=True) as pipe:
+                async with self.redis.pipeline(transaction=True) as pipe:
                     history.queue_append(pipe, appends)
                     if ids:
                         pipe.xack(self._stream, GROUP, *ids)
@@ -288,10 +281,10 @@ class InjectReader:
                     raise reply
 
     async def _visible_ack(self, items: Sequence[Injected]) -> None:
-        if self._on_visible_ack is None or not items:
+        if self.on_visible_ack is None or not items:
             return
         try:
-            await self._on_visible_ack(items)
+            await self.on_visible_ack(items)
         except Exception:
             # The replies are in the history and acked; a missing reaction must not
             # fail the job.
@@ -302,7 +295,7 @@ class InjectReader:
             return  # some delivered replies are not in our hands yet
         if self._claim_cursor != _CURSOR_START:
             return  # the scan of others' pending entries is not complete
-        if len(new) < self._batch:
+        if len(new) < self.batch:
             self.seen_seq = int(cast(str | None, seq_reply) or 0)
         elif (last := new[-1].fields.get(F_SEQ, "")).isdigit():
             # More may wait behind a full batch: covered up to the last one read.
@@ -311,7 +304,7 @@ class InjectReader:
     def _after_claim(self, cursor: str, now: float) -> None:
         self._claim_cursor = cursor
         if cursor == _CURSOR_START:
-            self._next_claim_at = now + self._claim_idle_ms / 2000
+            self._next_claim_at = now + self.claim_idle_ms / 2000
         else:
             self._next_claim_at = None  # more of the PEL to scan: carry on next fetch
 
@@ -323,7 +316,7 @@ class InjectReader:
         ordered = sorted(unique.values(), key=lambda e: _id_key(e.stream_id))
         if not ordered:
             return [], [], []
-        seen = self._seen_ids()
+        seen = self.seen_ids()
         items: list[Injected] = []
         drop: list[str] = []
         applied: list[Injected] = []

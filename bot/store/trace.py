@@ -29,22 +29,8 @@ import redis.asyncio as aioredis
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from redis.asyncio.client import Pipeline
 
-from bot.agent.events import (
-    ApprovalRequested,
-    CondenseDone,
-    CondenseFailed,
-    Event,
-    InjectedMessages,
-    LimitReached,
-    ModelFallback,
-    ModelRequestEnd,
-    ModelRequestStart,
-    RunEnd,
-    StreamDelta,
-    ToolEnd,
-    ToolProgress,
-    ToolStart,
-)
+# The core's events, always named ``events.…`` (as in ``bot.otel.spans``).
+from bot.agent import events
 from bot.agent.messages import Usage
 from bot.agent.state import StopReason
 from bot.errors import StoreError
@@ -235,7 +221,7 @@ class TraceRecorder:
         self._attempt: int | None = None
         self._arguments: dict[str, str] = {}  # call id → arguments, from ToolStart to ToolEnd
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: events.Event) -> None:
         entry = self._entry(event)
         if entry is not None:
             self._buffer.append(dump_entry(entry))
@@ -271,42 +257,42 @@ class TraceRecorder:
             raise
         return len(entries)
 
-    def _entry(self, event: Event) -> TraceEntry | None:
+    def _entry(self, event: events.Event) -> TraceEntry | None:
         match event:
-            case StreamDelta() | ToolProgress():
+            case events.StreamDelta() | events.ToolProgress():
                 return None  # what the status message shows while it happens
-            case ModelRequestStart():
+            case events.ModelRequestStart():
                 self._attempt = event.attempt
                 return None
-            case ToolStart():
+            case events.ToolStart():
                 args = json.dumps(event.arguments, sort_keys=True, ensure_ascii=False, default=str)
                 self._arguments[event.call_id] = bound_text(args)
                 return None
-            case ModelRequestEnd():
+            case events.ModelRequestEnd():
                 return ModelCallEntry.of(event, at=self._clock(), attempt=self._attempt)
-            case ToolEnd():
+            case events.ToolEnd():
                 arguments = self._arguments.pop(event.call_id, None)
                 return ToolEntry.of(event, at=self._clock(), arguments=arguments)
-            case ApprovalRequested():
+            case events.ApprovalRequested():
                 return ApprovalEntry.of(event.approval, at=self._clock())
-            case InjectedMessages():
+            case events.InjectedMessages():
                 return InjectEntry(
                     at=self._clock(), count=len(event.ids), ids=list(event.ids[:MAX_INJECT_IDS])
                 )
-            case ModelFallback():
+            case events.ModelFallback():
                 return FallbackEntry(
                     at=self._clock(),
                     model=event.from_model,
                     to_model=event.to_model,
                     error=event.error,
                 )
-            case LimitReached():
+            case events.LimitReached():
                 return LimitEntry(at=self._clock(), stop_reason=event.reason, detail=event.detail)
-            case CondenseDone():
+            case events.CondenseDone():
                 return CondenseEntry(at=self._clock(), replaced=event.replaced)
-            case CondenseFailed():
+            case events.CondenseFailed():
                 return CondenseEntry(at=self._clock(), error=event.error)
-            case RunEnd():
+            case events.RunEnd():
                 result = event.result
                 pending = result.approval.call_id if result.approval else None
                 return EndEntry.of(result, at=self._clock(), pending_call_id=pending)
