@@ -264,6 +264,9 @@ def build_tools(
         override = spec.tools.get(remote.name)
         description = (override.description if override else None) or remote.description
         timeout = override.timeout if override and override.timeout else spec.timeout
+        decided = decide(
+            remote.annotations, trust_annotations=spec.trust_annotations, override=override
+        )
         built.append(
             McpTool(
                 name=name,
@@ -271,11 +274,9 @@ def build_tools(
                 description=clean_text(description, MAX_DESCRIPTION_CHARS)
                 or f"{remote.name} (MCP server {spec.name})",
                 args_model=model,
-                decided=decide(
-                    remote.annotations,
-                    trust_annotations=spec.trust_annotations,
-                    override=override,
-                ),
+                category=decided.category,
+                parallel=decided.parallel,
+                category_reason=decided.reason,
                 connection=connection,
                 call_timeout=timeout,
             )

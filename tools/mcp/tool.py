@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import mcp_types
 from pydantic import BaseModel
@@ -81,34 +81,22 @@ def decide(
 class McpTool:
     """A server's tool offered as ``<server>_<tool>``."""
 
+    dry_run_available: ClassVar[bool] = False  # the card says so; approving runs it for real
+
     name: str
     remote_name: str  # the name the server knows it by
     description: str
     args_model: type[BaseModel]
-    decided: Decided
+    category: Category
+    parallel: bool
+    category_reason: Reason  # for ``opsloop tools list``
     connection: McpConnection
     call_timeout: float  # what the server is given; ``timeout`` adds a grace
     output_bound: int = DEFAULT_OUTPUT_BOUND
 
     @property
-    def dry_run_available(self) -> bool:
-        return False  # the card says so; approving runs it for real
-
-    @property
-    def category(self) -> Category:
-        return self.decided.category
-
-    @property
-    def parallel(self) -> bool:
-        return self.decided.parallel
-
-    @property
     def timeout(self) -> float:
         return self.call_timeout + TIMEOUT_GRACE_S
-
-    @property
-    def category_reason(self) -> Reason:
-        return self.decided.reason
 
     def arguments(self, args: BaseModel, ctx: CallContext) -> dict[str, Any]:
         """The ``arguments`` of the request."""
