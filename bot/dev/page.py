@@ -35,6 +35,7 @@ from aiohttp import web
 from yarl import URL
 
 from bot.emulator.slack import MAX_MESSAGE_TEXT, Ephemeral
+from bot.emulator.slack_wire import json_object
 
 log = logging.getLogger(__name__)
 
@@ -265,11 +266,8 @@ class PageRoutes:
         return await self._hub.serve(request, user, snapshot)
 
     async def _json_body(self, request: web.Request) -> dict[str, Any]:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise EmulatorError("invalid_json") from None
-        if not isinstance(body, dict):
+        body = await json_object(request)
+        if body is None:
             raise EmulatorError("invalid_json")
         return body
 

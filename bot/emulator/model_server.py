@@ -85,13 +85,13 @@ class ScriptedServer(StartStop):
         self.port = 0
 
     @property
-    def base_url(self) -> str:
-        """The OpenAI-style base URL (``…/v1``)."""
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
     def root_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL (``…/v1``)."""
+        return f"{self.root_url}/v1"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ScriptedServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)

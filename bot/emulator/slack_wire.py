@@ -166,16 +166,23 @@ def _check_text(obj: object, limit: int, pointer: str, errors: list[str]) -> Non
 # ---- request helpers -----------------------------------------------------------------------
 
 
+async def json_object(request: web.Request) -> dict[str, Any] | None:
+    """The request's body as a JSON object; None when it is not JSON or not an object
+    (the caller answers ``invalid_json`` in its own way)."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
 async def read_params(request: web.Request) -> Params:
     """Query string, then a form or JSON body, merged; JSON-in-form fields decoded."""
     params: Params = dict(request.query)
     if request.can_read_body:
         if request.content_type == "application/json":
-            try:
-                body = await request.json()
-            except ValueError:
-                raise SlackError("invalid_json") from None
-            if not isinstance(body, dict):
+            body = await json_object(request)
+            if body is None:
                 raise SlackError("invalid_json")
             params.update(body)
         else:
