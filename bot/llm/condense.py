@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import assert_never
 
 from bot.agent.messages import (
@@ -191,6 +191,7 @@ def _cap(lengths: Sequence[int], target: int) -> int | None:
     return None if spent <= target else 0  # no items, yet already over the target
 
 
+@dataclass(eq=False)
 class ModelCondenser:
     """Summarises the older part of a job's history with the job's own model.
 
@@ -201,26 +202,19 @@ class ModelCondenser:
     is sent with its tool outputs cut, then, if need be, every message cut.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        *,
-        system_prompt: str,
-        max_input_tokens: int,
-        keep_recent: int = DEFAULT_KEEP_RECENT,
-        max_output_tokens: int = DEFAULT_SUMMARY_TOKENS,
-        transcript: bool = True,
-    ) -> None:
-        if keep_recent < 0:
-            raise ValueError(f"keep_recent must be >= 0, got {keep_recent}")
-        if max_output_tokens <= 0 or max_input_tokens <= 0:
+    client: Client
+    _: KW_ONLY
+    system_prompt: str
+    max_input_tokens: int
+    keep_recent: int = DEFAULT_KEEP_RECENT
+    max_output_tokens: int = DEFAULT_SUMMARY_TOKENS
+    transcript: bool = True
+
+    def __post_init__(self) -> None:
+        if self.keep_recent < 0:
+            raise ValueError(f"keep_recent must be >= 0, got {self.keep_recent}")
+        if self.max_output_tokens <= 0 or self.max_input_tokens <= 0:
             raise ValueError("max_output_tokens and max_input_tokens must be positive")
-        self.client = client
-        self.system_prompt = system_prompt
-        self.keep_recent = keep_recent
-        self.max_output_tokens = max_output_tokens
-        self.max_input_tokens = max_input_tokens
-        self.transcript = transcript
 
     @classmethod
     def from_settings(
