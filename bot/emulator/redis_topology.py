@@ -177,24 +177,12 @@ class _Node(ManagedRedis):
 
 
 # -- Redis Cluster ------------------------------------------------------------------------
-@dataclass
-class ClusterNode:
-    """One node of a ``ManagedCluster``: its process and port."""
+class ClusterNode(_Node):
+    """One node of a ``ManagedCluster``: its server process, named in the cluster."""
 
-    name: str
-    server: _Node
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    @property
-    def address(self) -> str:
-        return self.server.address
-
-    @property
-    def running(self) -> bool:
-        return self.server.running
+    def __init__(self, name: str, data_dir: Path, extra: Sequence[str], *, port: int) -> None:
+        super().__init__(data_dir, extra, port=port)
+        self.name = name
 
 
 @dataclass
@@ -233,9 +221,9 @@ class ManagedCluster:
                     "--cluster-replica-validity-factor", "0",
                     "--repl-diskless-sync-delay", "0",
                 ]  # fmt: skip
-                node = ClusterNode(f"node{i}", _Node(node_dir, extra, port=bus[0]))
+                node = ClusterNode(f"node{i}", node_dir, extra, port=bus[0])
                 self.nodes.append(node)
-                node.server.start()
+                node.start()
             subprocess.run(
                 [
                     "redis-cli",
@@ -346,7 +334,7 @@ class ManagedCluster:
     def kill(self, node: ClusterNode) -> None:
         """SIGKILL: the node dies as in a crash (its replica takes over after the node
         timeout; ``wait_ready()`` waits for that)."""
-        node.server.kill()
+        node.kill()
 
     def failover(
         self, *, replica_of: ClusterNode, timeout: float = FAILOVER_TIMEOUT_S
@@ -367,14 +355,14 @@ class ManagedCluster:
         """Start a killed or stopped node again on its port, data and ``nodes.conf``
         (a former master comes back as a replica of the node that took over)."""
         if node.running:
-            node.server.kill()
-        node.server.start()
+            node.kill()
+        node.start()
         self.wait_ready()
 
     def stop(self) -> None:
         for node in self.nodes:
             with contextlib.suppress(Exception):
-                node.server.kill()
+                node.kill()
 
 
 def _nodes(port: int) -> dict[str, tuple[int, str, str]]:
