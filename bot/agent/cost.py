@@ -18,6 +18,7 @@ crash). A pricing function that raises counts as no price (logged).
 from __future__ import annotations
 
 import logging
+from dataclasses import KW_ONLY, dataclass, field
 
 from bot.agent.messages import Usage
 from bot.agent.ports import Pricing, Spend, SpendHold, SpendRefused
@@ -55,15 +56,16 @@ def reserved_usage(reserve: int, max_output_tokens: int) -> Usage:
     return Usage(prompt_tokens=reserve - output, completion_tokens=output)
 
 
+@dataclass(eq=False)
 class Held:
     """One call's hold in the cap, settled exactly once (``settle`` again does nothing)."""
 
-    def __init__(self, spend: Spend, hold: SpendHold, *, model: str, pricing: Pricing | None):
-        self.spend = spend
-        self.hold = hold
-        self.model = model
-        self.pricing = pricing
-        self.settled = False
+    spend: Spend
+    hold: SpendHold
+    _: KW_ONLY
+    model: str
+    pricing: Pricing | None
+    settled: bool = field(default=False, init=False)
 
     async def settle(self, usage: Usage) -> None:
         if self.settled:
