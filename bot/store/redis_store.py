@@ -14,7 +14,7 @@ restart, a failover), as redis-py's ``AsyncScript`` does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, overload
+from typing import overload
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -30,11 +30,6 @@ class RedisStore:
     keys: Keys
 
 
-class _HasRedis(Protocol):
-    @property
-    def redis(self) -> aioredis.Redis: ...
-
-
 class Lua:
     """A store's Lua script: the instance's ``AsyncScript`` for ``source``."""
 
@@ -48,8 +43,8 @@ class Lua:
     @overload
     def __get__(self, store: None, owner: type) -> Lua: ...
     @overload
-    def __get__(self, store: _HasRedis, owner: type | None = None) -> AsyncScript: ...
-    def __get__(self, store: _HasRedis | None, owner: type | None = None) -> Lua | AsyncScript:
+    def __get__(self, store: RedisStore, owner: type | None = None) -> AsyncScript: ...
+    def __get__(self, store: RedisStore | None, owner: type | None = None) -> Lua | AsyncScript:
         if store is None:
             return self
         script = store.redis.register_script(self.source)
