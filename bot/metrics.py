@@ -3,7 +3,8 @@
 ``Metrics`` holds two registries. ``registry``: what this process did — jobs by how they
 ended, model calls (time, tokens, cost in dollars, failures per model), tool runs (outcome,
 time), feedback on answers (``opsloop_feedback_total{value}``, fed by
-``bot.slack.feedback``), the time to answer Slack, the event loop's lag,
+``bot.slack.feedback``), alerts received and the investigations they started
+(``bot.slack.alert_webhook``, ``bot.turns.alerts``), the time to answer Slack, the event loop's lag,
 ``opsloop_redis_up``, and this process's admission control (jobs running here, its limit,
 the jobs it left queued for lack of room: ``watch_jobs``). ``live``: what the whole
 workspace has open right now (live jobs, pending approvals), read from Redis at each scrape
@@ -70,6 +71,20 @@ class Metrics:
             "opsloop_feedback",
             "Feedback buttons pressed on answers (positive or negative), any job, any age",
             ["value"],
+        )
+        self.alerts_received = counter(
+            "opsloop_alerts_received",
+            "Alert notifications received on /alerts/alertmanager, by the group's status "
+            "(firing, resolved) or why refused (unauthorized, bad, too_large, unroutable, "
+            "unavailable)",
+            ["status"],
+        )
+        self.alert_investigations = counter(
+            "opsloop_alert_investigations",
+            "Alert groups posted: an investigation started, posted only (the route does not "
+            "investigate), or storm limited (past OPSLOOP_ALERT_INVESTIGATIONS_PER_HOUR or "
+            "the daily caps)",
+            ["outcome"],
         )
         self.otel_spans_dropped = counter(
             "opsloop_otel_spans_dropped",

@@ -246,6 +246,7 @@ DEFAULT_SUGGESTED_PROMPTS = (
 )
 MAX_SUGGESTED_PROMPTS = 4
 DEFAULT_AUDIT_RETENTION_DAYS = 400
+DEFAULT_ALERT_INVESTIGATIONS_PER_HOUR = 20
 DEFAULT_JOBS_PER_USER_HOUR = 30
 
 
@@ -295,6 +296,15 @@ class BotSettings(_Group):
         DEFAULT_JOBS_PER_USER_HOUR, alias="OPSLOOP_JOBS_PER_USER_HOUR", ge=0
     )  # 0: no per-person rate
     prices_file: MaybeStr = Field(None, alias="OPSLOOP_PRICES")
+    # Alerts in (``POST /alerts/alertmanager``): off without the token.
+    alerts_token: MaybeStr = Field(None, alias="OPSLOOP_ALERTS_TOKEN", repr=False)
+    alerts_file: MaybeStr = Field(None, alias="OPSLOOP_ALERTS")
+    alerts_channel: MaybeStr = Field(None, alias="OPSLOOP_ALERTS_CHANNEL")
+    alert_investigations_per_hour: int = Field(
+        DEFAULT_ALERT_INVESTIGATIONS_PER_HOUR,
+        alias="OPSLOOP_ALERT_INVESTIGATIONS_PER_HOUR",
+        ge=0,
+    )  # workspace-wide; 0: none start by themselves
     host: str = Field("0.0.0.0", alias="HOST")
     port: int = Field(DEFAULT_PORT, alias="PORT", gt=0, lt=65536)
 
@@ -434,6 +444,10 @@ PURPOSES: Mapping[str, str] = {
     "OPSLOOP_DAILY_COST_USD": "the workspace's daily cap on model cost, in US dollars",
     "OPSLOOP_JOBS_PER_USER_HOUR": "new jobs one person may start per hour (0: no limit)",
     "OPSLOOP_PRICES": "a file of per-model prices for models the price table does not know",
+    "OPSLOOP_ALERTS_TOKEN": "the bearer token of POST /alerts/alertmanager (unset: off)",
+    "OPSLOOP_ALERTS": "a YAML file of alert routes: which channel, whether to investigate",
+    "OPSLOOP_ALERTS_CHANNEL": "the channel (C…) alerts go to without routes",
+    "OPSLOOP_ALERT_INVESTIGATIONS_PER_HOUR": "investigations alerts start per hour, workspace-wide",
     "HOST": "the address serve listens on",
     "PORT": "the port serve listens on (socket: health and metrics)",
     "LLM_PROVIDER": "the model API: openai (any OpenAI-compatible endpoint) or anthropic",

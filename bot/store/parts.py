@@ -3,12 +3,12 @@
 ``Stores`` holds the workspace's stores over one Redis connection pool and one key
 prefix: jobs, leases, receipts and the held-messages look of the ack path, approvals and
 their cards' replies, the ledger, the recent-jobs indexes, artifacts, the audit log, the
-assistant pane's threads, and the daily caps and the new-jobs gate when they are on. It
-is built in one place, ``Stores.build``, which the composition root (``bot.service``)
-and the CLI's commands (``bot.cli.parts``) call; the jobs side and the edge receive it
-and never construct a store of their own. What exists per thread or per run (a thread's
-history, a running job's inject reader and session) is made by its methods, from the
-same pool and prefix.
+assistant pane's threads, the alert groups, and the daily caps and the new-jobs gate
+when they are on. It is built in one place, ``Stores.build``, which the composition root
+(``bot.service``) and the CLI's commands (``bot.cli.parts``) call; the jobs side and the
+edge receive it and never construct a store of their own. What exists per thread or per
+run (a thread's history, a running job's inject reader and session) is made by its
+methods, from the same pool and prefix.
 
 It also carries the Stop signals between processes (``listen_for_stops``: the
 composition root hands them to the runner's ``stop_signalled``, so the jobs side runs
@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 
 from bot.agent.ports import Injected
 from bot.records import JobRecord, Thread
+from bot.store.alerts import AlertGroups
 from bot.store.approvals import Approvals
 from bot.store.artifacts import RedisArtifacts
 from bot.store.assistant import AssistantThreads
@@ -80,6 +81,7 @@ class Stores:
     audit_log: AuditLog
     assistant_threads: AssistantThreads  # the assistant pane's threads (their context)
     cli_calls: CliCalls  # changes run by ``opsloop tools run``, on the record
+    alert_groups: AlertGroups  # the alert groups the webhook received (``bot.store.alerts``)
     # The workspace's daily caps (OPSLOOP_DAILY_TOKEN_BUDGET / _COST_USD); None: none set.
     caps: DailyCaps | None = None
     # The ack path's gate of new jobs (the caps, OPSLOOP_JOBS_PER_USER_HOUR); None: off.
@@ -116,6 +118,7 @@ class Stores:
             audit_log=audit_log if audit_log is not None else AuditLog(redis, keys),
             assistant_threads=AssistantThreads(redis, keys),
             cli_calls=CliCalls(redis, keys),
+            alert_groups=AlertGroups(redis, keys, replication=replication),
             caps=caps,
             admission=admission,
         )

@@ -140,12 +140,14 @@ class Receipts(RedisStore):
         text: str,
         limits: JobLimits,
         needs_conversation: bool = False,
+        meta: dict[str, str] | None = None,
     ) -> Receipt:
         """Persist a human message and start a job for it unless one is live
-        (see the module docstring)."""
+        (see the module docstring). ``meta``: what a job it creates starts with (an
+        alert's investigation offered only read-only tools)."""
         keys = self.keys
         now = self.now()
-        template = new_job(thread, requester=user, limits=limits, now=now, request_ts=ts)
+        template = new_job(thread, requester=user, limits=limits, now=now, request_ts=ts, meta=meta)
         id_prefix, key_prefix = job_prefixes(keys, thread)
         outcome, job_id, status = await retried(  # idempotent by ts (bot.store.failover)
             "message receipt",
