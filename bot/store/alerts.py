@@ -38,10 +38,9 @@ from typing import Any, Literal
 
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import reply_text, translated
-from bot.store.failover import retried
 from bot.store.keys import HISTORY_TTL_S, bucket_of
-from bot.store.redis_store import Lua, RedisStore
-from bot.store.replicas import NONE, Replication, replicated
+from bot.store.redis_store import Lua
+from bot.store.replicas import ReplicatedStore
 
 GROUP_TTL_S = HISTORY_TTL_S  # a group's state outlives its thread's conversation no longer
 WORK_MAX = 200  # work items kept per group (the oldest updates go first)
@@ -204,11 +203,10 @@ class AlertGroup:
 
 
 @dataclass(eq=False, kw_only=True)
-class AlertGroups(RedisStore):
+class AlertGroups(ReplicatedStore):
     """The alert groups of the workspace (see the module docstring)."""
 
     now: Callable[[], float] = time.time
-    replication: Replication = NONE
 
     _receive = Lua(_RECEIVE)
     _set = Lua(_SET)
@@ -247,27 +245,22 @@ class AlertGroups(RedisStore):
         and, when work is waiting, put the group in the scanner's index."""
         gid = group_id(group_key)
         now = self.now()
-        reply = await retried(
+        reply = await self.acknowledged(
             "alert receipt",
-            lambda: replicated(
-                self.redis,
-                self.replication,
-                "alert receipt",
-                self._receive,
-                keys=[self.state_key(gid), self.work_key(gid)],
-                args=[
-                    json.dumps(dict(states), sort_keys=True),
-                    status,
-                    channel,
-                    investigate,
-                    name,
-                    notification,
-                    repr(now),
-                    GROUP_TTL_S,
-                    WORK_MAX,
-                    self.replication.touch,
-                ],
-            ),
+            self._receive,
+            keys=[self.state_key(gid), self.work_key(gid)],
+            args=[
+                json.dumps(dict(states), sort_keys=True),
+                status,
+                channel,
+                investigate,
+                name,
+                notification,
+                repr(now),
+                GROUP_TTL_S,
+                WORK_MAX,
+                self.replication.touch,
+            ],
         )
         outcome, episode, pending = reply_text(reply[0]), int(reply[1]), int(reply[2])
         receipt = AlertReceipt(outcome, gid, episode, pending)  # type: ignore[arg-type]

@@ -48,14 +48,12 @@ from bot.store.audit import (
 from bot.store.connection import translated
 from bot.store.failover import RUN_RETRY_BUDGET_S, retried
 from bot.store.keys import thread_of
-from bot.store.redis_store import Lua, RedisStore
+from bot.store.redis_store import Lua
 from bot.store.replicas import (
-    NONE,
     NotReplicated,
-    Replication,
+    ReplicatedStore,
     master_offset,
     replicas_caught_up,
-    replicated,
     replicated_reply,
 )
 from bot.store.staging import AuditNotify, head_json
@@ -199,16 +197,15 @@ def _parse(key: str, raw: str) -> LedgerRecord:
 
 
 @dataclass(eq=False, kw_only=True)
-class RedisLedger(RedisStore):
-    """Records mutating calls so that a crash never re-runs a write blindly."""
+class RedisLedger(ReplicatedStore):
+    """Records mutating calls so that a crash never re-runs a write blindly (``started``
+    and ``done`` wait for the ``replication`` asked for)."""
 
     now: Callable[[], float] = time.time
     on_audit: AuditNotify | None = None
     # Who the audit log names for the writes (``cli:<user>``); by default the approval's
     # decider, else the bot.
     actor: str | None = None
-    # The replicas ``started`` and ``done`` wait for (``bot.store.replicas``).
-    replication: Replication = NONE
 
     _begin = Lua(_BEGIN)
     _finish = Lua(_FINISH)
@@ -360,27 +357,18 @@ class RedisLedger(RedisStore):
             detail=detail,
         )
         await retried("ledger finish", lambda: self._hint(tag, now))
-        await retried(  # the same entry written twice is one entry
+        await self.acknowledged(  # the same entry written twice is one entry
             "ledger finish",
-            lambda: replicated(
-                self.redis,
-                self.replication,
-                "ledger finish",
-                self._finish,
-                keys=[
-                    hash_key,
-                    self.keys.audit_outbox(tag),
-                    self.keys.approval(job_id, call_id),
-                ],
-                args=[
-                    key,
-                    record.model_dump_json(exclude_none=True),
-                    LEDGER_TTL_S,
-                    head_json(finished, completed_with=("actor",)),
-                    OUTBOX_TTL_S,
-                    self.actor or "",
-                ],
-            ),
+            self._finish,
+            keys=[hash_key, self.keys.audit_outbox(tag), self.keys.approval(job_id, call_id)],
+            args=[
+                key,
+                record.model_dump_json(exclude_none=True),
+                LEDGER_TTL_S,
+                head_json(finished, completed_with=("actor",)),
+                OUTBOX_TTL_S,
+                self.actor or "",
+            ],
         )
         self._notify(tag)
 

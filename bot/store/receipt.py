@@ -37,12 +37,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.store.connection import reply_text, translated
-from bot.store.failover import retried
 from bot.store.inject import APPEND_STEPS, GROUP
 from bot.store.jobs import JobLimits, JobRecord, JobStatus, job_prefixes, new_job
 from bot.store.keys import HISTORY_TTL_S, JOB_TTL_S, Thread
-from bot.store.redis_store import Lua, RedisStore
-from bot.store.replicas import NONE, Replication, replicated
+from bot.store.redis_store import Lua
+from bot.store.replicas import ReplicatedStore
 
 Outcome = Literal["created", "joined", "duplicate", "ignored"]
 
@@ -122,11 +121,10 @@ class Receipt:
 
 
 @dataclass(eq=False, kw_only=True)
-class Receipts(RedisStore):
+class Receipts(ReplicatedStore):
     """Everything written to the threads' inject streams (see the module docstring)."""
 
     now: Callable[[], float] = time.time
-    replication: Replication = NONE
 
     _script = Lua(_RECEIVE)
     _append = Lua(_APPEND)
@@ -149,35 +147,30 @@ class Receipts(RedisStore):
         now = self.now()
         template = new_job(thread, requester=user, limits=limits, now=now, request_ts=ts, meta=meta)
         id_prefix, key_prefix = job_prefixes(keys, thread)
-        outcome, job_id, status = await retried(  # idempotent by ts (bot.store.failover)
+        outcome, job_id, status = await self.acknowledged(  # idempotent by ts
             "message receipt",
-            lambda: replicated(
-                self.redis,
-                self.replication,
-                "message receipt",
-                self._script,
-                keys=[
-                    keys.inject(thread),
-                    keys.inject_seen(thread),
-                    keys.inject_seq(thread),
-                    keys.jobs_counter(thread),
-                    keys.current_job(thread),
-                    keys.history(thread),
-                ],
-                args=[
-                    ts,
-                    text,
-                    user,
-                    HISTORY_TTL_S,
-                    GROUP,
-                    "1" if needs_conversation else "0",
-                    id_prefix,
-                    key_prefix,
-                    JOB_TTL_S,
-                    template.model_dump_json(),
-                    self.replication.touch,
-                ],
-            ),
+            self._script,
+            keys=[
+                keys.inject(thread),
+                keys.inject_seen(thread),
+                keys.inject_seq(thread),
+                keys.jobs_counter(thread),
+                keys.current_job(thread),
+                keys.history(thread),
+            ],
+            args=[
+                ts,
+                text,
+                user,
+                HISTORY_TTL_S,
+                GROUP,
+                "1" if needs_conversation else "0",
+                id_prefix,
+                key_prefix,
+                JOB_TTL_S,
+                template.model_dump_json(),
+                self.replication.touch,
+            ],
         )
         outcome = reply_text(outcome)
         job_id = reply_text(job_id) or None

@@ -18,10 +18,11 @@ for), which puts the earlier write behind this connection's latest one.
 
 On a Redis Cluster the script and the WAIT cannot share a pipeline (``_cluster_wait``).
 
-A refusal is not always "nothing happened": the write is on the master all the same.
-``replicated_reply`` hands the caller the script's reply with the refusal, for the writers
-that must act on what they wrote (the ledger withdraws a claim no replica confirmed; a
-decision that did decide the card says so). ``replicas_caught_up`` (ROLE: no write, no
+``ReplicatedStore.acknowledged`` runs such a write (and retries it). A refusal is not
+always "nothing happened": the write is on the master all the same. ``replicated_reply``
+hands the caller the script's reply with the refusal, for the writers that must act on
+what they wrote (the ledger withdraws a claim no replica confirmed; a decision that did
+decide the card says so). ``replicas_caught_up`` (ROLE: no write, no
 WAIT) tells a writer waiting to try again when enough replicas have the master's stream.
 
 With N = 0 (the default) nothing changes: no WAIT, no touch. Replicas confirm receipt in
@@ -40,6 +41,8 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bot.store.connection import StoreUnavailable, translated
+from bot.store.failover import retried
+from bot.store.redis_store import RedisStore
 
 DEFAULT_WAIT_MS = 1000  # well inside Slack's 3 s and the client's 2 s socket timeout
 TOUCH_TTL_MS = 10_000
@@ -73,21 +76,30 @@ class Replication:
 NONE = Replication()
 
 
-async def replicated(
-    redis: aioredis.Redis,
-    replication: Replication,
-    what: str,
-    script: AsyncScript,
-    *,
-    keys: Sequence[str],
-    args: Sequence[Any],
-) -> Any:
-    """Run ``script`` and, when replication is asked for, ``WAIT`` behind it on the same
-    connection; the script's reply, or ``NotReplicated``."""
-    reply, refused = await replicated_reply(redis, replication, what, script, keys=keys, args=args)
-    if refused is not None:
-        raise refused
-    return reply
+@dataclass(eq=False, kw_only=True)
+class ReplicatedStore(RedisStore):
+    """A store that writes what an acknowledgement rests on (``acknowledged``)."""
+
+    replication: Replication = NONE
+
+    async def acknowledged(
+        self, what: str, script: AsyncScript, *, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run ``script`` as an acknowledged write: ``WAIT`` behind it when replication
+        is asked for, and the whole retried across a failover (``bot.store.failover``)
+        while Redis is unavailable or too few replicas confirm; the script's reply. Only
+        for scripts a second run finds done (a receipt by its ts, an entry written
+        twice)."""
+
+        async def attempt() -> Any:
+            reply, refused = await replicated_reply(
+                self.redis, self.replication, what, script, keys=keys, args=args
+            )
+            if refused is not None:
+                raise refused
+            return reply
+
+        return await retried(what, attempt)
 
 
 async def replicated_reply(
@@ -99,10 +111,11 @@ async def replicated_reply(
     keys: Sequence[str],
     args: Sequence[Any],
 ) -> tuple[Any, NotReplicated | None]:
-    """``replicated`` that returns the refusal with the script's reply instead of raising
-    it: the script ran on the master either way, and some writers must act on what it
-    wrote (``bot.store.ledger`` withdraws its claim; ``bot.store.approvals`` reports a
-    decision it made). Transport failures still raise."""
+    """Run ``script`` and, when replication is asked for, ``WAIT`` behind it on the same
+    connection; the script's reply with the refusal (``NotReplicated``, else ``None``):
+    the script ran on the master either way, and some writers must act on what it wrote
+    (``bot.store.ledger`` withdraws its claim; ``bot.store.approvals`` reports a decision
+    it made). Transport failures raise."""
     if not replication.asked:
         async with translated(what):
             return await script(keys=list(keys), args=list(args)), None
