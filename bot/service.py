@@ -28,6 +28,7 @@ import gc
 import importlib.metadata
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 
 from bot.agent.ports import ClientResolver, Condense, Pricing, Spend
+from bot.alerts.routes import Routes, configured
 from bot.llm.chain import build_chain
 from bot.llm.condense import ModelCondenser
 from bot.llm.http import make_http_client
@@ -54,6 +56,8 @@ from bot.scrub import Scrubber
 from bot.settings import BotSettings, LLMSettings, ToolSettings, load_otel_settings
 from bot.slack import http
 from bot.slack.actions import Interactions
+from bot.slack.alert_poster import AlertClicks, SlackAlertPoster
+from bot.slack.alert_webhook import AlertWebhook
 from bot.slack.app import Messages, bolt_app
 from bot.slack.assistant import PaneConfig
 from bot.slack.audit_channel import AuditChannel
@@ -73,6 +77,7 @@ from bot.store.keys import Keys
 from bot.store.parts import Stores
 from bot.store.quota import DailyCaps, JobAdmission, JobRate
 from bot.store.replicas import Replication
+from bot.turns.alerts import AlertDesk
 from bot.turns.audit import AuditPublisher
 from bot.turns.background import Tasks
 from bot.turns.cards import Cards
@@ -149,6 +154,37 @@ def build_turns(
         cards=cards,
         controls=Controls(stores.approvals, stores.jobs),
         audit=audit,
+    )
+
+
+def alert_desk(
+    bot: BotSettings,
+    stores: Stores,
+    turns: Turns,
+    *,
+    poster: SlackAlertPoster,
+    schedule: Callable[[str], None],
+    metrics: Metrics,
+) -> AlertDesk | None:
+    """Alerts in (``bot.turns.alerts``), when ``OPSLOOP_ALERTS_TOKEN`` turns the webhook on:
+    its routes (a bad routes file stops the start, naming the line), the storm limit
+    with the daily caps, and the Slack poster. Without routes every group is refused 422."""
+    if not bot.alerts_token:
+        return None
+    routes = configured(bot.alerts_file, bot.alerts_channel) or Routes()
+    rate = JobRate(stores.redis, stores.keys, per_hour=bot.alert_investigations_per_hour)
+    return AlertDesk(
+        stores=stores,
+        groups=stores.alert_groups,
+        routes=routes,
+        limits=turns.settings.limits,
+        receiver=turns.receiver,
+        storm=JobAdmission(stores.redis, stores.keys, caps=stores.caps, rate=rate),
+        per_hour=bot.alert_investigations_per_hour,
+        poster=poster,
+        schedule=schedule,
+        owner=process_name(),
+        on_investigation=lambda outcome: metrics.alert_investigations.labels(outcome=outcome).inc(),
     )
 
 
@@ -259,6 +295,7 @@ class Service:
     scanner: Scanner
     app: AsyncApp
     tracing: Tracing | None = None
+    alerts: AlertWebhook | None = None  # POST /alerts/alertmanager (404 when off)
 
     @classmethod
     async def open(
@@ -344,6 +381,15 @@ class Service:
             on_left_queued=metrics.queued_for_room.inc,
         )
         metrics.watch_jobs(tasks.counts)
+        alert_poster = SlackAlertPoster(client)
+        desk = alert_desk(
+            bot,
+            stores,
+            turns,
+            poster=alert_poster,
+            schedule=tasks.schedule,
+            metrics=metrics,
+        )
         interactions = Interactions(
             client=client,
             budget=budget,
@@ -372,6 +418,7 @@ class Service:
             on_remind=interactions.remind,
             on_card=interactions.redo_card,
             on_replies=interactions.refresh_card,
+            on_alerts=desk.scan if desk is not None else None,
             on_ending=lambda record: deliver_ending(
                 client, record, bot_user=identity.user, names=names
             ),
@@ -385,6 +432,15 @@ class Service:
             metrics=metrics,
             pane=PaneConfig(tuple(bot.suggested_prompt_list), bot.approval_channel),
             names=names,
+            alert_clicks=AlertClicks(
+                desk=desk,
+                policy=policy,
+                poster=alert_poster,
+                background=tasks.spawn,
+                approvers=policy.approvers,
+            )
+            if desk is not None
+            else None,
         )
         return cls(
             settings=bot,
@@ -401,6 +457,9 @@ class Service:
             scanner=scanner,
             app=app,
             tracing=tracing,
+            alerts=AlertWebhook(
+                token=bot.alerts_token, desk=desk, metrics=metrics, background=tasks.spawn
+            ),
         )
 
     def start(self) -> None:
@@ -419,6 +478,7 @@ class Service:
             turns=self.turns,
             metrics=self.metrics,
             signing_secret=None if self.socket else self.settings.slack_signing_secret,
+            alerts=self.alerts,
         )
 
     async def close(self) -> None:

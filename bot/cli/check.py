@@ -40,6 +40,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import logs
+from bot.alerts.routes import configured
 from bot.cli.settings_problems import REQUIRED, Mode, gather, report
 from bot.errors import ConfigError, StoreError, ToolError
 from bot.llm import anthropic, openai
@@ -117,6 +118,40 @@ def check_settings(config: Config) -> list[Verdict]:
     else:
         found.append(warn("approvers", NO_APPROVERS))
     return found
+
+
+def check_alerts(bot: BotSettings) -> list[Verdict]:
+    """``POST /alerts/alertmanager``: off without its token; with it, the routes must read
+    (every mistake named with its line) and something must take the alerts."""
+    routes_set = bool(bot.alerts_file or bot.alerts_channel)
+    if not bot.alerts_token:
+        if routes_set:
+            return [
+                warn("alerts", "routes are set but OPSLOOP_ALERTS_TOKEN is not: alerts are off")
+            ]
+        return []
+    try:
+        routes = configured(bot.alerts_file, bot.alerts_channel)
+    except ConfigError as exc:
+        return [fail("alerts", str(exc))]
+    if routes is None:
+        return [
+            fail(
+                "alerts",
+                "OPSLOOP_ALERTS_TOKEN is set but no OPSLOOP_ALERTS or "
+                "OPSLOOP_ALERTS_CHANNEL says where alerts go (every one would get 422)",
+            )
+        ]
+    default = f", default {routes.default.channel}" if routes.default is not None else ""
+    count = len(routes.routes)
+    return [
+        ok(
+            "alerts",
+            f"POST /alerts/alertmanager on: {count} route{'s' * (count != 1)}{default}; "
+            f"channels {', '.join(routes.channels)}; at most "
+            f"{bot.alert_investigations_per_hour} investigations an hour",
+        )
+    ]
 
 
 MIN_REDIS = (7, 0)
@@ -393,6 +428,7 @@ async def run(config: Config, emit: Callable[[str], None]) -> int:
     the exit status."""
     groups: list[Awaitable[list[Verdict]]] = [
         _now(check_settings(config)),
+        _now(check_alerts(config.bot)),
         check_redis(RedisTarget.of(config.bot)),
         check_slack(config),
         check_models(config, config.chain),

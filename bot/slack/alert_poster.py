@@ -10,16 +10,23 @@ Slack is raised: the group's work stays in the store for another try
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.alerts.payload import Alert, Notification
+from bot.alerts.stored import from_json
+from bot.errors import StoreError
 from bot.records import Thread
+from bot.slack.admission import refusal_text
 from bot.slack.alerts import alert_message, resolved_message, update_message
 from bot.slack.blockkit import Message
+from bot.slack.policy import ApproverPolicy
+from bot.turns.alerts import AlertDesk, AlertGroup
 
 log = logging.getLogger(__name__)
 
@@ -55,3 +62,89 @@ class SlackAlertPoster:
         await self.client.chat_update(
             channel=thread.channel, ts=thread.thread_ts, text=message.text, blocks=message.blocks
         )
+
+
+STARTED = "Investigation started by <@{user}>."
+RUNNING = "This alert is already being investigated in its thread."
+GONE = "This alert's thread is closed: the group resolved or fired again since."
+UNAVAILABLE = "The investigation could not be started just now; try again in a moment."
+RESPONSE_TIMEOUT_S = 5.0
+
+Background = Callable[[Coroutine[Any, Any, Any], str], None]
+
+
+class AlertClicks:
+    """The alert message's ``Investigate`` button: the clicker's request starts the job
+    (``AlertDesk.investigate``); whoever clicked is told, alone, when nothing started."""
+
+    def __init__(
+        self,
+        *,
+        desk: AlertDesk,
+        policy: ApproverPolicy,
+        poster: SlackAlertPoster,
+        background: Background,
+        approvers: Sequence[str] = (),
+    ) -> None:
+        self.desk = desk
+        self.policy = policy
+        self.poster = poster
+        self.background = background
+        self.approvers = approvers
+
+    async def on_investigate(self, ack: Any, body: dict[str, Any]) -> None:
+        await ack()
+        raw_user = body.get("user")
+        user: dict[str, Any] = raw_user if isinstance(raw_user, dict) else {}
+        user_id = str(user.get("id") or "")
+        actions = body.get("actions")
+        action = actions[0] if isinstance(actions, list) and actions else {}
+        value = str(action.get("value") or "") if isinstance(action, dict) else ""
+        if not user_id or not value:
+            return
+        refusal = await self.policy.outsider(user_id, user.get("team_id"))
+        if refusal is not None:
+            self._tell(body, f"Nothing started: {refusal}.")
+            return
+        try:
+            result = await self.desk.investigate(value, user_id)
+        except StoreError:
+            log.warning("an Investigate click could not be recorded", exc_info=True)
+            self._tell(body, UNAVAILABLE)
+            return
+        if result.outcome == "started" and result.group is not None:
+            self.background(self._mark_started(result.group, user_id), "alert investigated")
+        elif result.outcome == "running":
+            self._tell(body, RUNNING)
+        elif result.outcome == "gone":
+            self._tell(body, GONE)
+        elif result.refusal is not None:
+            self._tell(body, refusal_text(result.refusal, approvers=self.approvers))
+
+    async def _mark_started(self, group: AlertGroup, user: str) -> None:
+        """The alert message loses its button and says who started the investigation."""
+        if not group.notification or not group.thread_ts:
+            return
+        message = alert_message(from_json(group.notification), note=STARTED.format(user=user))
+        try:
+            await self.poster.client.chat_update(
+                channel=group.channel, ts=group.thread_ts, text=message.text, blocks=message.blocks
+            )
+        except Exception:
+            log.warning("the alert message of %s was not updated", group.name, exc_info=True)
+
+    def _tell(self, body: dict[str, Any], text: str) -> None:
+        url = body.get("response_url")
+        if isinstance(url, str) and url.startswith(("https://", "http://")):
+            self.background(_respond(url, text), "investigate note")
+
+
+async def _respond(url: str, text: str) -> None:
+    """An ephemeral note through ``response_url`` (best effort, bounded)."""
+    try:
+        async with asyncio.timeout(RESPONSE_TIMEOUT_S):
+            await AsyncWebhookClient(url).send(
+                text=text, response_type="ephemeral", replace_original=False
+            )
+    except Exception:
+        log.warning("an Investigate note was not delivered", exc_info=True)

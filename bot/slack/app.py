@@ -40,6 +40,8 @@ from bot.metrics import Metrics
 from bot.records import Thread
 from bot.slack import admission, assistant, feedback, home, outputs, shortcut
 from bot.slack.actions import Interactions
+from bot.slack.alert_poster import AlertClicks
+from bot.slack.alerts import ACTION_INVESTIGATE_ALERT
 from bot.slack.context import Own, thread_context
 from bot.slack.identity import BotIdentity
 from bot.slack.names import Names
@@ -210,6 +212,7 @@ def bolt_app(
     metrics: Metrics | None = None,
     pane: assistant.PaneConfig | None = None,
     names: Names | None = None,
+    alert_clicks: AlertClicks | None = None,
 ) -> AsyncApp:
     """The bolt app with every listener registered (``manifest.yml`` declares them).
     Over Socket Mode there is no request to verify: the websocket is authenticated."""
@@ -226,6 +229,8 @@ def bolt_app(
     app.action(ACTION_DENY)(interactions.on_deny)
     app.action(ACTION_STOP)(interactions.on_stop)
     app.action(ACTION_CONTINUE)(interactions.on_continue)
+    if alert_clicks is not None:  # an alert message's Investigate (bot.slack.alert_poster)
+        app.action(ACTION_INVESTIGATE_ALERT)(alert_clicks.on_investigate)
     feedback.register(app, turns=messages.turns, metrics=metrics)
     shortcut.register(app, messages=messages, interactions=interactions)
     assistant.register(app, messages=messages, background=interactions.background, config=pane)

@@ -1,4 +1,5 @@
-"""The HTTP transport (``opsloop serve``): ``POST /slack/events``, ``/healthz``, ``/metrics``.
+"""The HTTP transport (``opsloop serve``): ``POST /slack/events``, ``POST /alerts/alertmanager``,
+``/healthz``, ``/metrics``.
 
 Nothing reaches bolt before ``bot.slack.gate`` has checked it: the body's size (413), its
 signature on the raw bytes (401) and its shape (a signed but malformed payload gets 400 or
@@ -25,6 +26,8 @@ from slack_bolt.async_app import AsyncApp
 
 from bot.errors import StoreError
 from bot.metrics import Metrics
+from bot.slack.alert_webhook import PATH as ALERTS_PATH
+from bot.slack.alert_webhook import AlertWebhook
 from bot.slack.gate import MAX_BODY_BYTES, Answer, Gate, acknowledged
 from bot.turns.parts import Turns
 
@@ -75,18 +78,26 @@ class _Routes:
 
 
 def web_app(
-    *, app: AsyncApp, turns: Turns, metrics: Metrics, signing_secret: str | None
+    *,
+    app: AsyncApp,
+    turns: Turns,
+    metrics: Metrics,
+    signing_secret: str | None,
+    alerts: AlertWebhook | None = None,
 ) -> web.Application:
     """The HTTP app: ``/slack/events`` (when there is a ``signing_secret``; none for
-    Socket Mode), ``/healthz`` and ``/metrics``. With events, requests pass
-    ``bot.slack.gate`` before bolt, and bolt's listener errors become the statuses the
-    gate defines."""
+    Socket Mode), ``/alerts/alertmanager`` (``bot.slack.alert_webhook``: 404 while
+    ``OPSLOOP_ALERTS_TOKEN`` is unset), ``/healthz`` and ``/metrics``. With events,
+    requests pass ``bot.slack.gate`` before bolt, and bolt's listener errors become the
+    statuses the gate defines."""
     server = web.Application(client_max_size=MAX_BODY_BYTES)
     gate = Gate(signing_secret) if signing_secret is not None else None
     routes = _Routes(app=app, turns=turns, metrics=metrics, gate=gate)
     if gate is not None:
         gate.attach(app)
         server.router.add_post("/slack/events", routes.events)
+    if alerts is not None:
+        server.router.add_post(ALERTS_PATH, alerts.handle)
     server.router.add_get("/healthz", routes.healthz)
     server.router.add_get("/metrics", routes.scrape)
     return server

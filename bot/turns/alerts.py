@@ -37,6 +37,7 @@ from typing import Literal, Protocol
 from bot.alerts.payload import Alert, Notification
 from bot.alerts.routes import Route, Routes
 from bot.alerts.stored import from_json, to_json
+from bot.alerts.text import REQUESTER as ALERTMANAGER
 from bot.alerts.text import request_text, update_text
 from bot.errors import StoreError
 from bot.store.alerts import AlertGroup, AlertGroups, AlertReceipt, AlertWork
@@ -46,17 +47,24 @@ from bot.store.parts import Stores
 from bot.store.quota import CapReached, JobAdmission, RateLimited
 from bot.turns.admission import NotAdmitted
 from bot.turns.receive import Receiver
+from bot.turns.run import READ_ONLY_META
+
+# The group's state is re-exported for the Slack edge, which imports no store module.
+__all__ = ["AlertDesk", "AlertGroup", "AlertPoster", "Investigation", "Unroutable"]
 
 log = logging.getLogger(__name__)
 
-ALERTMANAGER = "alertmanager"  # the requester of a job an alert started
-READ_ONLY_META = "read_only"  # a job's meta: offer it only read-only tools ("1")
 RETRY_S = 30.0  # a group whose work failed is looked at again after this
+FRESH_S = 5.0  # a group received this recently is left to the process that received it
 STORM_NOTE = (
     "No investigation started: {n} alert investigations started in the last hour "
     "(OPSLOOP_ALERT_INVESTIGATIONS_PER_HOUR). Press Investigate to start one."
 )
 CAP_NOTE = "No investigation started: today's model budget is used up. An approver can raise it."
+NONE_NOTE = (
+    "Alerts start no investigation by themselves here "
+    "(OPSLOOP_ALERT_INVESTIGATIONS_PER_HOUR=0). Press Investigate to start one."
+)
 OFF_NOTE = "This route does not investigate by itself. Press Investigate to start one."
 
 InvestigationOutcome = Literal["started", "posted_only", "storm_limited"]
@@ -98,6 +106,7 @@ class Investigation:
     outcome: Literal["started", "running", "not_admitted", "gone"]
     job_id: str | None = None
     refusal: NotAdmitted | None = None
+    group: AlertGroup | None = None
 
 
 def button_value(group: str, episode: int) -> str:
@@ -125,8 +134,10 @@ class AlertDesk:
     routes: Routes
     limits: JobLimits
     receiver: Receiver
-    # The storm limit and the daily caps, asked for ``alertmanager`` per group episode.
+    # The storm limit and the daily caps, asked for ``alertmanager`` per group episode;
+    # ``per_hour`` 0: no investigation starts by itself.
     storm: JobAdmission | None
+    per_hour: int = 20
     poster: AlertPoster | None
     schedule: Callable[[str], None]
     owner: str
@@ -181,6 +192,12 @@ class AlertDesk:
             except StoreError:
                 pass  # the lock expires by itself
 
+    async def scan(self, now: float) -> None:
+        """The scanner's look: do the work of groups a process left (it died, Slack
+        refused); the freshly received are left to their receiver."""
+        for gid in await self.groups.due(now - FRESH_S):
+            await self.work(gid)
+
     async def _do(self, group: AlertGroup, item: AlertWork) -> None:
         notification = from_json(item.notification)
         if item.kind == "open":
@@ -232,6 +249,8 @@ class AlertDesk:
 
     async def _storm(self, gid: str, episode: int) -> str | None:
         """Why no investigation may start now, or None (admitted and counted)."""
+        if self.per_hour <= 0:
+            return NONE_NOTE
         if self.storm is None or not self.storm.active:
             return None
         verdict = await self.storm.admit(ALERTMANAGER, key=f"alert:{gid}:{episode}")
@@ -280,8 +299,8 @@ class AlertDesk:
         if receipt.job_id is None:
             return Investigation("gone")
         if receipt.outcome != "created":
-            return Investigation("running", receipt.job_id)
+            return Investigation("running", receipt.job_id, group=group)
         await self.groups.claim(group.id, group.episode, "job_id", receipt.job_id)
         if receipt.needs_run:
             self.schedule(receipt.job_id)
-        return Investigation("started", receipt.job_id)
+        return Investigation("started", receipt.job_id, group=group)

@@ -66,13 +66,33 @@ from tools.registry import Catalog
 
 log = logging.getLogger(__name__)
 
-TOOLS_META = "tools"  # the job's tool names, space-separated (``JobRunner.tools_of``)
+TOOLS_META = "tools"  # the job's tool names, space-separated (``job_tools``)
+READ_ONLY_META = "read_only"  # "1": the job is offered only read-only tools (an alert route's)
 LOST_APPROVAL = "the approval request was lost; ask again if still needed"
 
 
 def process_name() -> str:
     """A consumer name unique to this process (inject stream ownership)."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def offered_tools(catalog: Catalog, record: JobRecord) -> list[Tool]:
+    """The tools a new job of ``record``'s channel gets: the channel's, only the read-only
+    ones when its alert route says ``investigate: read_only`` (``READ_ONLY_META``)."""
+    tools = catalog.for_channel(record.channel)
+    if record.meta.get(READ_ONLY_META) == "1":
+        return [t for t in tools if t.category == "read_only"]
+    return tools
+
+
+def job_tools(catalog: Catalog, record: JobRecord) -> list[Tool]:
+    """The job's tools: the names saved in ``meta`` when it first ran, so a catalogue that
+    changed since (an MCP server's new listing) never changes a job's tools block (the
+    prompt's cached prefix) or takes away a tool its history calls."""
+    pinned = record.meta.get(TOOLS_META)
+    if pinned is None:
+        return offered_tools(catalog, record)
+    return catalog.named(pinned.split())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,15 +188,6 @@ class JobRunner:
             return None
         return to_decision(approval)
 
-    def tools_of(self, record: JobRecord) -> list[Tool]:
-        """The job's tools: the names saved in ``meta`` when it first ran, so a catalogue
-        that changed since (an MCP server's new listing) never changes a job's tools
-        block (the prompt's cached prefix) or takes away a tool its history calls."""
-        pinned = record.meta.get(TOOLS_META)
-        if pinned is None:
-            return self.catalog.for_channel(record.channel)
-        return self.catalog.named(pinned.split())
-
     async def _run_once(self, job_id: str) -> tuple[RunResult, str | None] | None:
         if self.draining:
             return None  # it stays in the index: another process's scan takes it
@@ -235,7 +246,7 @@ class JobRunner:
                 # this status message instead of posting another.
                 meta = {**meta, "status_ts": reporter.status_ts}
             if TOOLS_META not in meta:  # the first run: the job's tools, for every run
-                names = " ".join(t.name for t in self.catalog.for_channel(record.channel))
+                names = " ".join(t.name for t in offered_tools(self.catalog, record))
                 meta = {**meta, TOOLS_META: names}
             record = await jobs.save(
                 record, JobStatus.RUNNING, fence=lease.fence, via=via, meta=meta
@@ -264,7 +275,7 @@ class JobRunner:
             record = await report_unknown_outcomes(self.stores, self.notifier, record)
             trace = TraceRecorder(record.id)
             spans: RunTrace | None = None
-            tools = with_read_artifact(self.tools_of(record), self.stores.artifacts)
+            tools = with_read_artifact(job_tools(self.catalog, record), self.stores.artifacts)
             if self.tracing is not None:  # this run's span context goes into ``meta``
                 spans = self.tracing.run(record, this.decision, tools)
                 record = spans.record

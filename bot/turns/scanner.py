@@ -83,6 +83,7 @@ class Scanner:
         on_card: Callable[[ApprovalRecord], Awaitable[bool]] | None = None,
         on_ending: Callable[[JobRecord], Awaitable[bool]] | None = None,
         on_replies: Callable[[ApprovalRecord], Awaitable[None]] | None = None,
+        on_alerts: Callable[[float], Awaitable[None]] | None = None,
         interval_s: float = SCAN_INTERVAL_S,
         now: Callable[[], float] = time.time,
     ) -> None:
@@ -95,6 +96,7 @@ class Scanner:
         self.on_card = on_card
         self.on_ending = on_ending
         self.on_replies = on_replies  # replies a pending card does not show yet
+        self.on_alerts = on_alerts  # alert groups whose Slack work is left (``AlertDesk.scan``)
         self.interval_s = interval_s
         self.now = now
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -137,6 +139,8 @@ class Scanner:
             for job_id, call_id in await self.turns.stores.approvals.take_card_edits(now):
                 await self._redo_card(job_id, call_id)
         await self._look_at_due(now)
+        if self.on_alerts is not None:
+            await self.on_alerts(now)
         if self.turns.audit is not None:
             await self.turns.audit.drain()
 
