@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from bot.alerts.text import REQUESTER as ALERT_REQUESTER
+
 Block = dict[str, Any]
 
 MAX_BLOCKS = 50
@@ -88,9 +90,12 @@ def plural(n: int, word: str) -> str:
 
 
 def mention(user_id: str | None) -> str:
-    """``<@U…>`` for a real user id; anything else is shown escaped, never as a mention."""
+    """``<@U…>`` for a real user id; the requester of a job an alert started as
+    "Alertmanager"; anything else is shown escaped, never as a mention."""
     if user_id and _USER_ID.fullmatch(user_id):
         return f"<@{user_id}>"
+    if user_id == ALERT_REQUESTER:
+        return "Alertmanager"
     return escape(user_id or "someone")
 
 
