@@ -2,8 +2,8 @@
 
 A :class:`Cluster` is what the fake serves: objects as the API writes them (plain JSON
 dicts, camelCase, RFC 3339 times) keyed by resource and ``(namespace, name)``, plus
-container logs; the builders here (``node``, ``pod``, ``deployment``, ``event``, …) make
-them. ``bot.emulator.kube_incident.incident_cluster`` builds the one the tests and the
+container logs; the builders here (``node``, ``pod``, ``deployment``, ``Involved.event``, …)
+make them. ``bot.emulator.kube_incident.incident_cluster`` builds the one the tests and the
 benchmark use, relative to a ``now`` so ages read the same in every run:
 
 * three nodes; ``node-c`` under ``MemoryPressure`` with the kubelet's taint;
@@ -25,7 +25,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 Json = dict[str, Any]
 NAMESPACES = ("default", "web", "payments")
@@ -268,24 +268,52 @@ def pod_conditions(
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What the pods of one controller share: their namespace, ``app`` label, image and
+    container, and the controller itself (a ReplicaSet, StatefulSet or DaemonSet)."""
+
+    namespace: str
+    app: str
+    image: str
+    controller: tuple[str, str]  # (kind, name)
+    container: str = "app"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """``app``; a ReplicaSet's pods also its ``pod-template-hash`` (its name's end)."""
+        kind, name = self.controller
+        if kind == "ReplicaSet":
+            return {"app": self.app, "pod-template-hash": name.rsplit("-", 1)[1]}
+        return {"app": self.app}
+
+
+class PodState(TypedDict, total=False):
+    """What sets a pod apart from a running, ready one (:func:`pod`'s defaults)."""
+
+    status: Json | None  # its container's status (by default running since ``created``)
+    phase: str
+    ready: bool  # a running pod's readiness (one in any other phase is never ready)
+    memory: str  # its container's memory limit
+    extra: Json | None  # more of its ``status``
+
+
 def pod(
-    namespace: str,
+    workload: Workload,
     name: str,
     *,
     now: datetime,
     created: datetime,
     node_name: str | None,
-    image: str,
-    labels: dict[str, str],
-    owner: tuple[str, str] | None,
     ip: str | None,
     status: Json | None = None,
     phase: str = "Running",
     ready: bool = True,
-    container_name: str = "app",
     memory: str = "512Mi",
     extra: Json | None = None,
 ) -> Json:
+    namespace, image, container_name = workload.namespace, workload.image, workload.container
+    ready = ready and phase == "Running"
     spec: Json = {
         "containers": [container(container_name, image, memory=memory)],
         "restartPolicy": "Always",
@@ -319,7 +347,9 @@ def pod(
     return {
         "kind": "Pod",
         "apiVersion": "v1",
-        "metadata": meta(name, namespace, created, labels=labels, owner=owner),
+        "metadata": meta(
+            name, namespace, created, labels=workload.labels, owner=workload.controller
+        ),
         "spec": spec,
         "status": body,
     }
@@ -460,39 +490,50 @@ def service(
     }
 
 
-def event(
-    namespace: str,
-    involved: tuple[str, str],
-    reason: str,
-    message: str,
-    *,
-    now: datetime,
-    last: timedelta,
-    first: timedelta | None = None,
-    count: int = 1,
-    warning: bool = False,
-    component: str = "kubelet",
-    involved_namespace: str | None = None,
-) -> Json:
-    kind, name = involved
-    first = first or last
-    ns_of_object = namespace if involved_namespace is None else involved_namespace
-    return {
-        "kind": "Event",
-        "apiVersion": "v1",
-        "metadata": meta(f"{name}.{suffix(reason + name + message, 8)}", namespace, now - first),
-        "involvedObject": {
-            "kind": kind,
-            "name": name,
-            **({"namespace": ns_of_object} if ns_of_object else {}),
-            "apiVersion": "apps/v1" if kind in ("Deployment", "StatefulSet", "DaemonSet") else "v1",
-        },
-        "reason": reason,
-        "message": message,
-        "source": {"component": component},
-        "firstTimestamp": rfc3339(now - first),
-        "lastTimestamp": rfc3339(now - last),
-        "count": count,
-        "type": "Warning" if warning else "Normal",
-        "reportingComponent": component,
-    }
+@dataclass(frozen=True, slots=True)
+class Involved:
+    """An object events are about, at ``now``: the namespace the events are kept in, the
+    object, and the component that reports on it; :meth:`event` makes them."""
+
+    now: datetime
+    namespace: str
+    involved: tuple[str, str]  # (kind, name)
+    component: str = "kubelet"
+    involved_namespace: str | None = None  # the object's own, when not ``namespace``
+
+    def event(
+        self,
+        reason: str,
+        message: str,
+        *,
+        last: timedelta,
+        first: timedelta | None = None,
+        count: int = 1,
+        warning: bool = False,
+    ) -> Json:
+        """An event last seen ``last`` ago (first ``first`` ago, ``count`` times)."""
+        now, namespace, component = self.now, self.namespace, self.component
+        kind, name = self.involved
+        first = first or last
+        since = now - first
+        ns_of_object = namespace if self.involved_namespace is None else self.involved_namespace
+        api_version = "apps/v1" if kind in ("Deployment", "StatefulSet", "DaemonSet") else "v1"
+        return {
+            "kind": "Event",
+            "apiVersion": "v1",
+            "metadata": meta(f"{name}.{suffix(reason + name + message, 8)}", namespace, since),
+            "involvedObject": {
+                "kind": kind,
+                "name": name,
+                **({"namespace": ns_of_object} if ns_of_object else {}),
+                "apiVersion": api_version,
+            },
+            "reason": reason,
+            "message": message,
+            "source": {"component": component},
+            "firstTimestamp": rfc3339(since),
+            "lastTimestamp": rfc3339(now - last),
+            "count": count,
+            "type": "Warning" if warning else "Normal",
+            "reportingComponent": component,
+        }

@@ -7,13 +7,17 @@ are handed out as pods are added); its events are ``bot.emulator.kube_incident_e
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Unpack
 
 from bot.emulator.kube_fixtures import (
     EVICTED,
     NAMESPACES,
     NODES,
     Cluster,
+    PodState,
+    Workload,
     container,
     deployment,
     namespace_object,
@@ -51,33 +55,83 @@ API_CURRENT_LOG = "\n".join(
 )
 
 
-def _ips() -> dict[str, int]:
-    return dict.fromkeys(NODES, 10)
-
-
 API_IMAGE = "registry.example/api:1.14.2"
 CHECKOUT_IMAGE = "registry.example/checkout:2.3.0"
 CHECKOUT_NEXT_IMAGE = "registry.example/checkout:2.3.1-rc0"  # never pushed: the rollout sticks
-DAY = timedelta(days=1)
+MINUTE, HOUR, DAY = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
+
+
+def _replica_set(namespace: str, app: str, image: str, name: str | None = None) -> Workload:
+    """A deployment's ReplicaSet, named as the deployment controller names it unless
+    ``name`` is given."""
+    return Workload(namespace, app, image, ("ReplicaSet", name or f"{app}-{suffix(app, 9)}"))
+
+
+@dataclass
+class _Build:
+    """The cluster being built at ``now``, and the last pod IP given out on each node
+    (IPs are handed out in the order pods are added)."""
+
+    cluster: Cluster
+    now: datetime
+    ips: dict[str, int] = field(default_factory=lambda: dict.fromkeys(NODES, 10))
+
+    def pod(
+        self,
+        workload: Workload,
+        name: str,
+        *,
+        created: datetime,
+        node_name: str | None,
+        **state: Unpack[PodState],
+    ) -> None:
+        """Add a pod of ``workload``; one on a node gets the node's next IP unless it failed
+        (an evicted pod holds none)."""
+        ip = None
+        if node_name is not None and state.get("phase") != "Failed":
+            ip = self._next_ip(node_name)
+        made = pod(
+            workload, name, now=self.now, created=created, node_name=node_name, ip=ip, **state
+        )
+        self.cluster.add("pods", made)
+
+    def healthy(
+        self,
+        workload: Workload,
+        *,
+        count: int,
+        created: datetime,
+        nodes: tuple[str, ...] = ("node-a", "node-b"),
+    ) -> None:
+        """``count`` running pods of ``workload``, spread over ``nodes``."""
+        _, rs = workload.controller
+        for i in range(count):
+            name = f"{rs}-{suffix(f'{rs}/{i}')}"
+            when = created + (i % 7) * MINUTE
+            self.pod(workload, name, created=when, node_name=nodes[i % len(nodes)])
+
+    def _next_ip(self, node_name: str) -> str:
+        """The next pod IP on ``node_name`` (each node has its own /24 of 10.244.0.0/16)."""
+        self.ips[node_name] += 1
+        return f"10.244.{NODES.index(node_name)}.{self.ips[node_name]}"
 
 
 def incident_cluster(now: datetime, *, pods_per_deployment: int = 2) -> Cluster:
     """The incident the tests and the benchmark share; see the module docstring."""
-    c = Cluster()
-    ips = dict.fromkeys(NODES, 10)  # the last host number given out on each node
+    b = _Build(Cluster(), now)
     n = pods_per_deployment
     for name in NAMESPACES:
-        c.add("namespaces", namespace_object(name, now - 60 * DAY))
+        b.cluster.add("namespaces", namespace_object(name, now - 60 * DAY))
     for i, name in enumerate(NODES):
-        c.add("nodes", node(name, now, i, memory_pressure=name == "node-c"))
-    api_rs, crash_looping = _api_crash_looping(c, now, n, ips)
-    pending = _worker_pending(c, now, n, ips)
-    evicted = _frontend_evicted(c, now, n, ips)
-    pull_failing = _checkout_stuck(c, now, n, ips)
-    _postgres(c, now, ips)
-    _log_shipper(c, now, ips)
-    _more_deployments(c, now, n, ips)
-    _services(c, now)
+        b.cluster.add("nodes", node(name, now, i, memory_pressure=name == "node-c"))
+    api_rs, crash_looping = _api_crash_looping(b, n)
+    pending = _worker_pending(b, n)
+    evicted = _frontend_evicted(b, n)
+    pull_failing = _checkout_stuck(b, n)
+    _postgres(b)
+    _log_shipper(b)
+    _more_deployments(b, n)
+    _services(b.cluster, now)
     culprits = Culprits(
         api_replica_set=api_rs,
         api_replicas=n + 1,
@@ -89,25 +143,25 @@ def incident_cluster(now: datetime, *, pods_per_deployment: int = 2) -> Cluster:
         missing_image=CHECKOUT_NEXT_IMAGE,
     )
     for e in incident_events(now, culprits):
-        c.add("events", e)
-    return c
+        b.cluster.add("events", e)
+    return b.cluster
 
 
-def _api_crash_looping(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -> tuple[str, str]:
+def _api_crash_looping(b: _Build, n: int) -> tuple[str, str]:
     """web/api: n + 1 replicas, one crash-looping on OOM; (its replica set, that pod)."""
-    c.add(
+    now = b.now
+    b.cluster.add(
         "deployments",
         deployment(
             "web", "api", now=now, created=now - 30 * DAY, image=API_IMAGE, replicas=n + 1, ready=n
         ),
     )
-    rs = f"api-{suffix('api', 9)}"
-    _healthy(
-        c, "web", "api", now=now, count=n, image=API_IMAGE, created=now - 3 * DAY, ips=ips, rs=rs
-    )
+    api = _replica_set("web", "api", API_IMAGE)
+    b.healthy(api, count=n, created=now - 3 * DAY)
+    rs = api.controller[1]
     crash = f"{rs}-x2k4p"
-    crashed_at = now - timedelta(minutes=2)
-    status = running_status("app", API_IMAGE, now - 3 * timedelta(hours=1), restarts=14)
+    crashed_at = now - 2 * MINUTE
+    status = running_status("app", API_IMAGE, now - 3 * HOUR, restarts=14)
     status.update(
         ready=False,
         started=False,
@@ -127,66 +181,35 @@ def _api_crash_looping(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -
             }
         },
     )
-    c.add(
-        "pods",
-        pod(
-            "web",
-            crash,
-            now=now,
-            created=now - timedelta(hours=3),
-            node_name="node-a",
-            image=API_IMAGE,
-            labels={"app": "api", "pod-template-hash": rs.rsplit("-", 1)[1]},
-            owner=("ReplicaSet", rs),
-            ip=_next_ip(ips, "node-a"),
-            status=status,
-            ready=False,
-        ),
-    )
-    c.logs[("web", crash, "app", True)] = API_PREVIOUS_LOG
-    c.logs[("web", crash, "app", False)] = API_CURRENT_LOG
+    b.pod(api, crash, created=now - 3 * HOUR, node_name="node-a", status=status, ready=False)
+    b.cluster.logs[("web", crash, "app", True)] = API_PREVIOUS_LOG
+    b.cluster.logs[("web", crash, "app", False)] = API_CURRENT_LOG
     return rs, crash
 
 
-def _worker_pending(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -> str:
+def _worker_pending(b: _Build, n: int) -> str:
     """web/worker: one pod no node can take; that pod."""
+    now = b.now
     image = "registry.example/worker:3.2.0"
-    c.add(
+    b.cluster.add(
         "deployments",
         deployment(
             "web", "worker", now=now, created=now - 20 * DAY, image=image, replicas=n, ready=n - 1
         ),
     )
-    rs = f"worker-{suffix('worker', 9)}"
-    _healthy(
-        c, "web", "worker", now=now, count=n - 1, image=image, created=now - 2 * DAY, ips=ips, rs=rs
-    )
-    pending = f"{rs}-q7tbx"
-    c.add(
-        "pods",
-        pod(
-            "web",
-            pending,
-            now=now,
-            created=now - timedelta(minutes=40),
-            node_name=None,
-            image=image,
-            labels={"app": "worker", "pod-template-hash": rs.rsplit("-", 1)[1]},
-            owner=("ReplicaSet", rs),
-            ip=None,
-            phase="Pending",
-            ready=False,
-            memory="6Gi",
-        ),
-    )
+    worker = _replica_set("web", "worker", image)
+    b.healthy(worker, count=n - 1, created=now - 2 * DAY)
+    pending = f"{worker.controller[1]}-q7tbx"
+    b.pod(worker, pending, created=now - 40 * MINUTE, node_name=None, phase="Pending", memory="6Gi")
     return pending
 
 
-def _frontend_evicted(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -> str:
+def _frontend_evicted(b: _Build, n: int) -> str:
     """web/frontend: healthy, plus one pod evicted from node-c; that pod."""
+    now = b.now
     image = "registry.example/frontend:8.0.1"
     count = max(2, n * 2)
-    c.add(
+    b.cluster.add(
         "deployments",
         deployment(
             "web",
@@ -198,44 +221,26 @@ def _frontend_evicted(c: Cluster, now: datetime, n: int, ips: dict[str, int]) ->
             ready=count,
         ),
     )
-    rs = f"frontend-{suffix('frontend', 9)}"
-    _healthy(
-        c,
-        "web",
-        "frontend",
-        now=now,
-        count=count,
-        image=image,
+    frontend = _replica_set("web", "frontend", image)
+    b.healthy(frontend, count=count, created=now - 5 * DAY)
+    evicted = f"{frontend.controller[1]}-r2t6w"
+    b.pod(
+        frontend,
+        evicted,
         created=now - 5 * DAY,
-        ips=ips,
-        rs=rs,
-    )
-    evicted = f"{rs}-r2t6w"
-    c.add(
-        "pods",
-        pod(
-            "web",
-            evicted,
-            now=now,
-            created=now - timedelta(days=5),
-            node_name="node-c",
-            image=image,
-            labels={"app": "frontend", "pod-template-hash": rs.rsplit("-", 1)[1]},
-            owner=("ReplicaSet", rs),
-            ip=None,
-            phase="Failed",
-            ready=False,
-            extra={"reason": "Evicted", "message": EVICTED, "containerStatuses": []},
-        ),
+        node_name="node-c",
+        phase="Failed",
+        extra={"reason": "Evicted", "message": EVICTED, "containerStatuses": []},
     )
     return evicted
 
 
-def _checkout_stuck(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -> str:
+def _checkout_stuck(b: _Build, n: int) -> str:
     """payments/checkout: the new version's image does not exist, the rollout is stuck;
     the new pod, failing to pull."""
-    stuck = rfc3339(now - timedelta(minutes=50))
-    c.add(
+    now = b.now
+    stuck = rfc3339(now - 50 * MINUTE)
+    b.cluster.add(
         "deployments",
         deployment(
             "payments",
@@ -266,17 +271,9 @@ def _checkout_stuck(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -> s
             ],
         ),
     )
-    _healthy(
-        c,
-        "payments",
-        "checkout",
-        now=now,
-        count=n,
-        image=CHECKOUT_IMAGE,
-        created=now - 9 * DAY,
-        ips=ips,
-        rs="checkout-5c7d8e9f1",
-    )
+    current = _replica_set("payments", "checkout", CHECKOUT_IMAGE, "checkout-5c7d8e9f1")
+    b.healthy(current, count=n, created=now - 9 * DAY)
+    rollout = _replica_set("payments", "checkout", CHECKOUT_NEXT_IMAGE, "checkout-6b8f9d7c4")
     pull = "checkout-6b8f9d7c4-m4x9z"
     waiting = running_status("app", CHECKOUT_NEXT_IMAGE, now, restarts=0)
     waiting.update(
@@ -289,37 +286,23 @@ def _checkout_stuck(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -> s
             }
         },
     )
-    c.add(
-        "pods",
-        pod(
-            "payments",
-            pull,
-            now=now,
-            created=now - timedelta(hours=1),
-            node_name="node-b",
-            image=CHECKOUT_NEXT_IMAGE,
-            labels={"app": "checkout", "pod-template-hash": "6b8f9d7c4"},
-            owner=("ReplicaSet", "checkout-6b8f9d7c4"),
-            ip=_next_ip(ips, "node-b"),
-            status=waiting,
-            phase="Pending",
-            ready=False,
-        ),
-    )
+    b.pod(rollout, pull, created=now - HOUR, node_name="node-b", phase="Pending", status=waiting)
     return pull
 
 
-def _postgres(c: Cluster, now: datetime, ips: dict[str, int]) -> None:
+def _postgres(b: _Build) -> None:
     """payments/postgres: a healthy statefulset of one."""
-    image = "postgres:15.6"
-    c.add(
+    postgres = Workload(
+        "payments", "postgres", "postgres:15.6", ("StatefulSet", "postgres"), "postgres"
+    )
+    b.cluster.add(
         "statefulsets",
         workload_set(
             "StatefulSet",
             "payments",
             "postgres",
-            created=now - 90 * DAY,
-            app=container("postgres", image, memory="4Gi"),
+            created=b.now - 90 * DAY,
+            app=container("postgres", postgres.image, memory="4Gi"),
             generation=2,
             replicas=1,
             service_name="postgres",
@@ -333,34 +316,27 @@ def _postgres(c: Cluster, now: datetime, ips: dict[str, int]) -> None:
             },
         ),
     )
-    c.add(
-        "pods",
-        pod(
-            "payments",
-            "postgres-0",
-            now=now,
-            created=now - 12 * DAY,
-            node_name="node-b",
-            image=image,
-            labels={"app": "postgres"},
-            owner=("StatefulSet", "postgres"),
-            ip=_next_ip(ips, "node-b"),
-            container_name="postgres",
-        ),
-    )
+    b.pod(postgres, "postgres-0", created=b.now - 12 * DAY, node_name="node-b")
 
 
-def _log_shipper(c: Cluster, now: datetime, ips: dict[str, int]) -> None:
+def _log_shipper(b: _Build) -> None:
     """default/log-shipper: a daemonset, a pod on every node."""
-    image = "fluent/fluent-bit:3.0.4"
-    c.add(
+    shipper = Workload(
+        "default",
+        "log-shipper",
+        "fluent/fluent-bit:3.0.4",
+        ("DaemonSet", "log-shipper"),
+        "fluent-bit",
+    )
+    created = b.now - 40 * DAY
+    b.cluster.add(
         "daemonsets",
         workload_set(
             "DaemonSet",
             "default",
             "log-shipper",
-            created=now - 40 * DAY,
-            app=container("fluent-bit", image, memory="128Mi"),
+            created=created,
+            app=container("fluent-bit", shipper.image, memory="128Mi"),
             generation=1,
             status={
                 "currentNumberScheduled": 3,
@@ -374,30 +350,17 @@ def _log_shipper(c: Cluster, now: datetime, ips: dict[str, int]) -> None:
         ),
     )
     for where in NODES:
-        c.add(
-            "pods",
-            pod(
-                "default",
-                f"log-shipper-{suffix(where)}",
-                now=now,
-                created=now - 40 * DAY,
-                node_name=where,
-                image=image,
-                labels={"app": "log-shipper"},
-                owner=("DaemonSet", "log-shipper"),
-                ip=_next_ip(ips, where),
-                container_name="fluent-bit",
-            ),
-        )
+        b.pod(shipper, f"log-shipper-{suffix(where)}", created=created, node_name=where)
 
 
-def _more_deployments(c: Cluster, now: datetime, n: int, ips: dict[str, int]) -> None:
+def _more_deployments(b: _Build, n: int) -> None:
     """Bigger clusters (``pods_per_deployment`` over 5): more healthy deployments."""
+    now = b.now
     for i in range(max(0, (n - 2) // 4)):
         for namespace in ("default", "web", "payments"):
             name = f"svc{i:02d}-{namespace[:3]}"
             image = f"registry.example/{name}:1.{i}.0"
-            c.add(
+            b.cluster.add(
                 "deployments",
                 deployment(
                     namespace,
@@ -409,110 +372,32 @@ def _more_deployments(c: Cluster, now: datetime, n: int, ips: dict[str, int]) ->
                     ready=n,
                 ),
             )
-            _healthy(
-                c,
-                namespace,
-                name,
-                now=now,
-                count=n,
-                image=image,
-                created=now - 4 * DAY,
-                ips=ips,
-                nodes=NODES,
-            )
+            workload = _replica_set(namespace, name, image)
+            b.healthy(workload, count=n, created=now - 4 * DAY, nodes=NODES)
 
 
 def _services(c: Cluster, now: datetime) -> None:
     created = now - 60 * DAY
     http = {"name": "http", "port": 80, "targetPort": 8080}
-    for made in (
-        service(
-            "default",
-            "kubernetes",
-            created=created,
-            kind="ClusterIP",
-            cluster_ip="10.96.0.1",
-            ports=[{"name": "https", "port": 443, "targetPort": 6443}],
-        ),
-        service(
-            "web",
-            "api",
-            created=created,
-            kind="ClusterIP",
-            cluster_ip="10.96.12.40",
-            ports=[http],
-            selector={"app": "api"},
-        ),
-        service(
-            "web",
-            "frontend",
-            created=created,
-            kind="LoadBalancer",
-            cluster_ip="10.96.12.41",
-            ports=[{**http, "nodePort": 31380}],
-            load_balancer_ip="203.0.113.10",
-            selector={"app": "frontend"},
-        ),
-        service(
-            "payments",
-            "checkout",
-            created=created,
-            kind="ClusterIP",
-            cluster_ip="10.96.30.7",
-            ports=[http],
-            selector={"app": "checkout"},
-        ),
-        service(
-            "payments",
-            "checkout-public",
-            created=created,
-            kind="LoadBalancer",
-            cluster_ip="10.96.30.8",
-            ports=[{"name": "https", "port": 443, "targetPort": 8443, "nodePort": 30443}],
-            load_balancer_ip="",  # still waiting for its address
-            selector={"app": "checkout"},
-        ),
+    node_http = {**http, "nodePort": 31380}
+    api_server = {"name": "https", "port": 443, "targetPort": 6443}
+    public = {"name": "https", "port": 443, "targetPort": 8443, "nodePort": 30443}
+    # The app each selects, and a load balancer's address ("": still waiting for it).
+    for namespace, name, cluster_ip, ports, app, load_balancer_ip in (
+        ("default", "kubernetes", "10.96.0.1", [api_server], None, None),
+        ("web", "api", "10.96.12.40", [http], "api", None),
+        ("web", "frontend", "10.96.12.41", [node_http], "frontend", "203.0.113.10"),
+        ("payments", "checkout", "10.96.30.7", [http], "checkout", None),
+        ("payments", "checkout-public", "10.96.30.8", [public], "checkout", ""),
     ):
-        c.add("services", made)
-
-
-def _next_ip(ips: dict[str, int], node_name: str) -> str:
-    """The next pod IP on ``node_name`` (each node has its own /24 of 10.244.0.0/16)."""
-    ips[node_name] += 1
-    return f"10.244.{NODES.index(node_name)}.{ips[node_name]}"
-
-
-def _healthy(
-    cluster: Cluster,
-    namespace: str,
-    name: str,
-    *,
-    now: datetime,
-    count: int,
-    image: str,
-    created: datetime,
-    ips: dict[str, int],
-    nodes: tuple[str, ...] = ("node-a", "node-b"),
-    rs: str | None = None,
-) -> list[str]:
-    rs = rs or f"{name}-{suffix(name, 9)}"
-    names = []
-    for i in range(count):
-        where = nodes[i % len(nodes)]
-        pod_name = f"{rs}-{suffix(f'{rs}/{i}')}"
-        cluster.add(
-            "pods",
-            pod(
-                namespace,
-                pod_name,
-                now=now,
-                created=created + timedelta(minutes=i % 7),
-                node_name=where,
-                image=image,
-                labels={"app": name, "pod-template-hash": rs.rsplit("-", 1)[1]},
-                owner=("ReplicaSet", rs),
-                ip=_next_ip(ips, where),
-            ),
+        made = service(
+            namespace,
+            name,
+            created=created,
+            kind="ClusterIP" if load_balancer_ip is None else "LoadBalancer",
+            cluster_ip=cluster_ip,
+            ports=ports,
+            load_balancer_ip=load_balancer_ip,
+            selector=None if app is None else {"app": app},
         )
-        names.append(pod_name)
-    return names
+        c.add("services", made)

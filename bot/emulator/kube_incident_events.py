@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from bot.emulator.kube_fixtures import EVICTED, UNSCHEDULABLE, Json, event
+from bot.emulator.kube_fixtures import EVICTED, UNSCHEDULABLE, Involved, Json
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,122 +30,57 @@ class Culprits:
 def incident_events(now: datetime, c: Culprits) -> list[Json]:
     """The events, oldest story first: web/api, web/worker, web/frontend, payments/checkout,
     node-c."""
-    minute, hour, day = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
+    second, minute = timedelta(seconds=1), timedelta(minutes=1)
+    hour, day = timedelta(hours=1), timedelta(days=1)
+    crash = Involved(now, "web", ("Pod", c.crash_looping))
+    pending = Involved(now, "web", ("Pod", c.pending), "default-scheduler")
+    api = Involved(now, "web", ("Deployment", "api"), "deployment-controller")
+    evicted = Involved(now, "web", ("Pod", c.evicted))
+    pull = Involved(now, "payments", ("Pod", c.pull_failing))
+    checkout = Involved(now, "payments", ("Deployment", "checkout"), "deployment-controller")
+    node_c = Involved(now, "default", ("Node", "node-c"), involved_namespace="")
+    restarting = f"Back-off restarting failed container app in pod {c.crash_looping}_web(…)"
+    present = f'Container image "{c.api_image}" already present on machine'
+    over = "Container app was using 402Mi, request is 256Mi, has larger consumption of memory."
+    not_found = (
+        f'Failed to pull image "{c.missing_image}": rpc error: code = NotFound desc = '
+        f'failed to pull and unpack image "{c.missing_image}": not found'
+    )
+    pulling = f'Back-off pulling image "{c.missing_image}"'
     return [
-        event(
-            "web",
-            ("Pod", c.crash_looping),
-            "BackOff",
-            f"Back-off restarting failed container app in pod {c.crash_looping}_web(…)",
-            now=now,
-            last=minute,
-            first=3 * hour,
-            count=61,
-            warning=True,
-        ),
-        event(
-            "web",
-            ("Pod", c.crash_looping),
-            "Pulled",
-            f'Container image "{c.api_image}" already present on machine',
-            now=now,
-            last=2 * minute,
-            first=3 * hour,
-            count=15,
-        ),
-        event(
-            "web",
-            ("Pod", c.crash_looping),
-            "Started",
-            "Started container app",
-            now=now,
-            last=2 * minute,
-            first=3 * hour,
-            count=15,
-        ),
-        event(
-            "web",
-            ("Pod", c.pending),
+        crash.event("BackOff", restarting, last=minute, first=3 * hour, count=61, warning=True),
+        crash.event("Pulled", present, last=2 * minute, first=3 * hour, count=15),
+        crash.event("Started", "Started container app", last=2 * minute, first=3 * hour, count=15),
+        pending.event(
             "FailedScheduling",
             UNSCHEDULABLE,
-            now=now,
             last=3 * minute,
             first=40 * minute,
             count=12,
             warning=True,
-            component="default-scheduler",
         ),
-        event(
-            "web",
-            ("Deployment", "api"),
+        api.event(
             "ScalingReplicaSet",
             f"Scaled up replica set {c.api_replica_set} to {c.api_replicas}",
-            now=now,
             last=3 * day,
-            component="deployment-controller",
         ),
-        event(
-            "web",
-            ("Pod", c.evicted),
-            "Evicted",
-            f"{EVICTED} Container app was using 402Mi, request is 256Mi, has larger "
-            "consumption of memory.",
-            now=now,
-            last=24 * minute,
-            warning=True,
-            component="kubelet",
+        evicted.event("Evicted", f"{EVICTED} {over}", last=24 * minute, warning=True),
+        pull.event("Failed", not_found, last=4 * minute, first=hour, count=14, warning=True),
+        pull.event("BackOff", pulling, last=30 * second, first=hour, count=240, warning=True),
+        checkout.event(
+            "ScalingReplicaSet", "Scaled up replica set checkout-6b8f9d7c4 to 1", last=hour
         ),
-        event(
-            "payments",
-            ("Pod", c.pull_failing),
-            "Failed",
-            f'Failed to pull image "{c.missing_image}": rpc error: code = NotFound desc = '
-            f'failed to pull and unpack image "{c.missing_image}": not found',
-            now=now,
-            last=4 * minute,
-            first=hour,
-            count=14,
-            warning=True,
-        ),
-        event(
-            "payments",
-            ("Pod", c.pull_failing),
-            "BackOff",
-            f'Back-off pulling image "{c.missing_image}"',
-            now=now,
-            last=30 * timedelta(seconds=1),
-            first=hour,
-            count=240,
-            warning=True,
-        ),
-        event(
-            "payments",
-            ("Deployment", "checkout"),
-            "ScalingReplicaSet",
-            "Scaled up replica set checkout-6b8f9d7c4 to 1",
-            now=now,
-            last=hour,
-            component="deployment-controller",
-        ),
-        event(
-            "default",
-            ("Node", "node-c"),
+        node_c.event(
             "NodeHasInsufficientMemory",
             "Node node-c status is now: NodeHasInsufficientMemory",
-            now=now,
             last=25 * minute,
-            involved_namespace="",
         ),
-        event(
-            "default",
-            ("Node", "node-c"),
+        node_c.event(
             "EvictionThresholdMet",
             "Attempting to reclaim memory",
-            now=now,
             last=24 * minute,
             first=25 * minute,
             count=3,
             warning=True,
-            involved_namespace="",
         ),
     ]
