@@ -25,7 +25,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypedDict
+from typing import Any, TypedDict
 
 Json = dict[str, Any]
 NAMESPACES = ("default", "web", "payments")
@@ -422,20 +422,20 @@ def deployment(
 
 
 def workload_set(
-    kind: Literal["StatefulSet", "DaemonSet"],
-    namespace: str,
-    name: str,
+    workload: Workload,
     *,
     created: datetime,
-    app: Json,
-    generation: int,
     status: Json,
+    memory: str = "512Mi",
     replicas: int | None = None,
     service_name: str | None = None,
 ) -> Json:
-    """A StatefulSet or a DaemonSet running the one container ``app``, labelled
-    ``app: name`` (a Deployment is :func:`deployment`)."""
-    labels = {"app": name}
+    """The StatefulSet or DaemonSet that controls ``workload``'s pods, running its one
+    container, settled: its generation is the one ``status`` observed (a Deployment is
+    :func:`deployment`)."""
+    kind, name = workload.controller
+    labels = workload.labels
+    app = container(workload.container, workload.image, memory=memory)
     spec: Json = {} if replicas is None else {"replicas": replicas}
     spec["selector"] = {"matchLabels": labels}
     if service_name is not None:
@@ -445,7 +445,10 @@ def workload_set(
     return {
         "kind": kind,
         "apiVersion": "apps/v1",
-        "metadata": {**meta(name, namespace, created, labels=labels), "generation": generation},
+        "metadata": {
+            **meta(name, workload.namespace, created, labels=labels),
+            "generation": status["observedGeneration"],
+        },
         "spec": spec,
         "status": status,
     }

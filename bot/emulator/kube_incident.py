@@ -18,7 +18,6 @@ from bot.emulator.kube_fixtures import (
     Cluster,
     PodState,
     Workload,
-    container,
     deployment,
     namespace_object,
     node,
@@ -298,12 +297,9 @@ def _postgres(b: _Build) -> None:
     b.cluster.add(
         "statefulsets",
         workload_set(
-            "StatefulSet",
-            "payments",
-            "postgres",
+            postgres,
             created=b.now - 90 * DAY,
-            app=container("postgres", postgres.image, memory="4Gi"),
-            generation=2,
+            memory="4Gi",
             replicas=1,
             service_name="postgres",
             status={
@@ -332,12 +328,9 @@ def _log_shipper(b: _Build) -> None:
     b.cluster.add(
         "daemonsets",
         workload_set(
-            "DaemonSet",
-            "default",
-            "log-shipper",
+            shipper,
             created=created,
-            app=container("fluent-bit", shipper.image, memory="128Mi"),
-            generation=1,
+            memory="128Mi",
             status={
                 "currentNumberScheduled": 3,
                 "desiredNumberScheduled": 3,
