@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Unpack
+from typing import Any, TypedDict, Unpack
 
 from bot.emulator import sender
 from bot.emulator.sender import FORM, JSON
@@ -45,19 +45,26 @@ def new_ts() -> str:
 # ---- events -----------------------------------------------------------------------------
 
 
+class Posted(TypedDict, total=False):
+    """When and where a person posts: at ``ts`` (by default now), in the thread
+    ``thread_ts`` (by default none: the channel), from the workspace ``team``."""
+
+    ts: str | None
+    thread_ts: str | None
+    team: str
+
+
 def _posted(
     kind: str,
     channel: str,
     user: str,
     text: str,
-    ts: str | None,
-    thread_ts: str | None,
-    team: str,
     *,
     channel_type: str | None = None,
+    **post: Unpack[Posted],
 ) -> dict[str, Any]:
-    """The event of a person's post (at ``ts``, else now), as Slack orders its fields."""
-    ts = ts or new_ts()
+    """The event of a person's post, as Slack orders its fields."""
+    ts = post.get("ts") or new_ts()
     event: dict[str, Any] = {
         "type": kind,
         "channel": channel,
@@ -65,54 +72,39 @@ def _posted(
         "text": text,
         "ts": ts,
         "event_ts": ts,
-        "team": team,
+        "team": post.get("team", TEAM_ID),
     }
     if channel_type is not None:
         event["channel_type"] = channel_type
     event["client_msg_id"] = str(uuid.uuid4())
+    thread_ts = post.get("thread_ts")
     if thread_ts is not None:
         event["thread_ts"] = thread_ts
     return event
 
 
 def message(
-    channel: str,
-    user: str,
-    text: str,
-    *,
-    ts: str | None = None,
-    thread_ts: str | None = None,
-    subtype: str | None = None,
-    team: str = TEAM_ID,
-    **extra: Any,
+    channel: str, user: str, text: str, *, subtype: str | None = None, **post: Unpack[Posted]
 ) -> dict[str, Any]:
-    """A ``message`` event in a public channel (``extra`` adds or overrides fields)."""
-    event = _posted("message", channel, user, text, ts, thread_ts, team, channel_type="channel")
+    """A ``message`` event in a public channel."""
+    event = _posted("message", channel, user, text, channel_type="channel", **post)
     if subtype is not None:
         event["subtype"] = subtype
-    event.update(extra)
     return event
 
 
 def reply(
-    channel: str, user: str, text: str, *, thread_ts: str, ts: str | None = None, **extra: Any
+    channel: str, user: str, text: str, *, thread_ts: str, ts: str | None = None
 ) -> dict[str, Any]:
     """A human reply in the thread ``thread_ts`` (a ``message`` with ``thread_ts != ts``)."""
-    return message(channel, user, text, ts=ts, thread_ts=thread_ts, **extra)
+    return message(channel, user, text, ts=ts, thread_ts=thread_ts)
 
 
 def mention(
-    channel: str,
-    user: str,
-    text: str,
-    *,
-    ts: str | None = None,
-    thread_ts: str | None = None,
-    bot_user: str = BOT_USER_ID,
-    team: str = TEAM_ID,
+    channel: str, user: str, text: str, *, bot_user: str = BOT_USER_ID, **post: Unpack[Posted]
 ) -> dict[str, Any]:
     """An ``app_mention`` whose text is ``"<@UBOT> " + text``."""
-    return _posted("app_mention", channel, user, f"<@{bot_user}> {text}", ts, thread_ts, team)
+    return _posted("app_mention", channel, user, f"<@{bot_user}> {text}", **post)
 
 
 def twin(app_mention: Mapping[str, Any]) -> dict[str, Any]:
