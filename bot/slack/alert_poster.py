@@ -10,13 +10,11 @@ Slack is raised: the group's work stays in the store for another try
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
-from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.alerts.payload import Alert, Notification
 from bot.alerts.stored import from_json
@@ -24,8 +22,9 @@ from bot.errors import StoreError
 from bot.records import Thread
 from bot.slack.admission import refusal_text
 from bot.slack.alerts import alert_message, resolved_message, update_message
-from bot.slack.blockkit import Message
+from bot.slack.blockkit import Message, context_block, mention
 from bot.slack.policy import ApproverPolicy
+from bot.slack.posting import note_via_response_url, response_url_of
 from bot.turns.alerts import AlertDesk, AlertGroup
 
 log = logging.getLogger(__name__)
@@ -64,11 +63,10 @@ class SlackAlertPoster:
         )
 
 
-STARTED = "Investigation started by <@{user}>."
+STARTED = "Investigation started by {user}."
 RUNNING = "This alert is already being investigated in its thread."
 GONE = "This alert's thread is closed: the group resolved or fired again since."
 UNAVAILABLE = "The investigation could not be started just now; try again in a moment."
-RESPONSE_TIMEOUT_S = 5.0
 
 Background = Callable[[Coroutine[Any, Any, Any], str], None]
 
@@ -125,26 +123,20 @@ class AlertClicks:
         """The alert message loses its button and says who started the investigation."""
         if not group.notification or not group.thread_ts:
             return
-        message = alert_message(from_json(group.notification), note=STARTED.format(user=user))
+        message = alert_message(from_json(group.notification))
+        # Our own line, after the alert's: ``note`` escapes what it is given (it would
+        # show the mention as text), so the clicker's mention is added as a block here.
+        started = context_block(f":information_source: {STARTED.format(user=mention(user))}")
         try:
             await self.poster.client.chat_update(
-                channel=group.channel, ts=group.thread_ts, text=message.text, blocks=message.blocks
+                channel=group.channel,
+                ts=group.thread_ts,
+                text=message.text,
+                blocks=[*message.blocks, started],
             )
         except Exception:
             log.warning("the alert message of %s was not updated", group.name, exc_info=True)
 
     def _tell(self, body: dict[str, Any], text: str) -> None:
-        url = body.get("response_url")
-        if isinstance(url, str) and url.startswith(("https://", "http://")):
-            self.background(_respond(url, text), "investigate note")
-
-
-async def _respond(url: str, text: str) -> None:
-    """An ephemeral note through ``response_url`` (best effort, bounded)."""
-    try:
-        async with asyncio.timeout(RESPONSE_TIMEOUT_S):
-            await AsyncWebhookClient(url).send(
-                text=text, response_type="ephemeral", replace_original=False
-            )
-    except Exception:
-        log.warning("an Investigate note was not delivered", exc_info=True)
+        if (url := response_url_of(body)) is not None:
+            self.background(note_via_response_url(url, text), "investigate note")

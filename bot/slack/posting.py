@@ -3,6 +3,8 @@
 ``post_patiently`` is ``chat.postMessage`` that waits out 429s beyond slack-sdk's own two
 retries, bounded; ``post_in_thread`` posts one :class:`~bot.slack.blockkit.Message` that
 way. Paced edits of a message go through ``bot.slack.updates`` instead.
+``note_via_response_url`` is the ephemeral note a click or a shortcut answers its clicker
+with, alone.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.slack.blockkit import Message
 
 log = logging.getLogger(__name__)
 
+RESPONSE_TIMEOUT_S = 5.0  # an ephemeral note through a response_url
 PATIENCE_S = 40.0  # how long an answer waits out 429s (inside notifier's FINISH_TIMEOUT_S)
 MAX_RETRY_AFTER_S = 20.0
 
@@ -56,3 +60,21 @@ async def post_in_thread(
     await post_patiently(
         client, channel=channel, thread_ts=thread_ts, text=message.text, blocks=message.blocks
     )
+
+
+def response_url_of(body: dict[str, Any]) -> str | None:
+    """The interaction's ``response_url`` when it is an http(s) URL, else None."""
+    url = body.get("response_url")
+    return url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
+
+
+async def note_via_response_url(url: str, text: str) -> None:
+    """An ephemeral note to whoever clicked, through ``response_url`` (best effort,
+    bounded by ``RESPONSE_TIMEOUT_S``)."""
+    try:
+        async with asyncio.timeout(RESPONSE_TIMEOUT_S):
+            await AsyncWebhookClient(url).send(
+                text=text, response_type="ephemeral", replace_original=False
+            )
+    except Exception:
+        log.info("an ephemeral note was not delivered: %s", text, exc_info=True)

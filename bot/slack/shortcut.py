@@ -43,7 +43,6 @@ from typing import Any, Protocol
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.errors import StoreError
 from bot.records import Thread
@@ -51,6 +50,7 @@ from bot.slack.actions import Interactions
 from bot.slack.admission import refusal_text
 from bot.slack.context import author, message_text
 from bot.slack.inbound import CHANNEL_ID, SLACK_TS
+from bot.slack.posting import note_via_response_url, response_url_of
 from bot.turns.admission import NotAdmitted
 from bot.turns.context import ContextWindow, ts_key
 from bot.turns.parts import Turns
@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 
 CALLBACK_INVESTIGATE = "opsloop_investigate"  # manifest.yml's message shortcut
 CHECK_TIMEOUT_S = 0.75  # the membership check must not hold up the ack (Slack: 3 s)
-RESPONSE_TIMEOUT_S = 5.0
 NOT_MEMBER = frozenset({"not_in_channel", "channel_not_found"})
 NOT_IN_CHANNEL = (
     "I'm not in this channel, so I can't investigate here. Add me with `/invite @opsloop` "
@@ -197,21 +196,8 @@ class Shortcut:
         return True
 
     def _tell(self, body: dict[str, Any], text: str) -> None:
-        url = _str(body.get("response_url"))
-        if url is None or not url.startswith(("https://", "http://")):
-            return
-        self.interactions.background(_respond(url, text), "shortcut note")
-
-
-async def _respond(url: str, text: str) -> None:
-    """An ephemeral note through ``response_url`` (best effort, bounded)."""
-    try:
-        async with asyncio.timeout(RESPONSE_TIMEOUT_S):
-            await AsyncWebhookClient(url).send(
-                text=text, response_type="ephemeral", replace_original=False
-            )
-    except Exception:
-        log.info("could not answer a shortcut: %s", text, exc_info=True)
+        if (url := response_url_of(body)) is not None:
+            self.interactions.background(note_via_response_url(url, text), "shortcut note")
 
 
 def register(app: AsyncApp, *, messages: Messages, interactions: Interactions) -> Shortcut:
