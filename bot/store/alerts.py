@@ -132,6 +132,18 @@ def group_tag(gid: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupChange:
+    """A notification as the store compares it: its group, the group's status, each
+    alert's status by fingerprint, the name, and the notification itself (JSON)."""
+
+    group_key: str
+    status: str
+    states: Mapping[str, str]
+    name: str
+    notification: str
+
+
+@dataclass(frozen=True, slots=True)
 class AlertReceipt:
     """What ``receive`` made of a notification."""
 
@@ -230,19 +242,12 @@ class AlertGroups(ReplicatedStore):
 
     # -- the webhook's receipt -------------------------------------------------------
 
-    async def receive(
-        self,
-        group_key: str,
-        *,
-        states: Mapping[str, str],
-        status: str,
-        channel: str,
-        investigate: str,
-        name: str,
-        notification: str,
-    ) -> AlertReceipt:
+    async def receive(self, change: GroupChange, *, channel: str, investigate: str) -> AlertReceipt:
         """Write what the notification changes (one script; see the module docstring)
-        and, when work is waiting, put the group in the scanner's index."""
+        and, when work is waiting, put the group in the scanner's index. ``channel`` and
+        ``investigate``: the group's route, kept when the notification opens it."""
+        group_key, status, states = change.group_key, change.status, change.states
+        name, notification = change.name, change.notification
         gid = group_id(group_key)
         now = self.now()
         reply = await self.acknowledged(

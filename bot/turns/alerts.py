@@ -40,7 +40,7 @@ from bot.alerts.stored import from_json, to_json
 from bot.alerts.text import REQUESTER as ALERTMANAGER
 from bot.alerts.text import request_text, update_text
 from bot.errors import StoreError
-from bot.store.alerts import AlertGroup, AlertGroups, AlertReceipt, AlertWork
+from bot.store.alerts import AlertGroup, AlertGroups, AlertReceipt, AlertWork, GroupChange
 from bot.store.jobs import JobLimits
 from bot.store.keys import Thread
 from bot.store.parts import Stores
@@ -155,14 +155,10 @@ class AlertDesk:
         route = self.route(notification)
         if isinstance(route, Unroutable):
             return route
+        n = notification
+        change = GroupChange(n.group_key, n.status, n.states, n.name, to_json(n))
         return await self.groups.receive(
-            notification.group_key,
-            states=notification.states,
-            status=notification.status,
-            channel=route.channel,
-            investigate=route.investigate,
-            name=notification.name,
-            notification=to_json(notification),
+            change, channel=route.channel, investigate=route.investigate
         )
 
     # -- the work --------------------------------------------------------------------

@@ -8,22 +8,15 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from bot.store.alerts import AlertGroups, group_id
+from bot.store.alerts import AlertGroups, GroupChange, group_id
 from bot.store.keys import Keys
 
 GROUP = '{}:{alertname="HighCPU"}'
 
 
 async def receive(groups: AlertGroups, states: dict[str, str], status: str = "firing") -> str:
-    receipt = await groups.receive(
-        GROUP,
-        states=states,
-        status=status,
-        channel="C0ALERTS",
-        investigate="yes",
-        name="HighCPU",
-        notification=f'{{"states": {len(states)}}}',
-    )
+    change = GroupChange(GROUP, status, states, "HighCPU", f'{{"states": {len(states)}}}')
+    receipt = await groups.receive(change, channel="C0ALERTS", investigate="yes")
     return receipt.outcome
 
 
