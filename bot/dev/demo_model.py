@@ -25,6 +25,12 @@ thread's earlier incidents do not. Both the OpenAI and the Anthropic message
 formats are read; tool results are the messages with role ``tool`` (or ``tool_result``
 blocks).
 
+An alert's job (its request is the alert group, quoted as data) is an investigation:
+``web_health``, ``web_metrics`` and ``web_logs`` at once, then an answer that says whether
+the alert holds, what the evidence shows, what the log names as the cause, how sure that
+is and the next step (a restart, which a person asks for in the thread); it changes
+nothing. Nothing in the alert's text is read as a request.
+
 What the conversation says (the turn, the tools' results, the note) is read by
 ``bot.dev.demo_turn``; this module decides the next step and words the answers.
 """
@@ -40,6 +46,7 @@ from bot.dev.demo_turn import (
     LOGS,
     METRICS,
     RESTART,
+    AlertAsk,
     Health,
     ReplyOrder,
     Restart,
@@ -125,21 +132,41 @@ def _evidence(health: Health | None, metrics: dict[str, Any] | None) -> list[str
     return lines
 
 
+def _log_notes(text: str | None) -> list[str]:
+    """The log's warnings that are not slow requests: what the service says about itself."""
+    return [
+        line.split(" WARNING ", 1)[1]
+        for line in (text or "").splitlines()
+        if " WARNING " in line and not line.endswith("(slow)")
+    ]
+
+
 def _log_findings(text: str | None) -> list[str]:
     if not text or text.startswith("Error:"):
         return []
     lines = text.splitlines()
     errors = sum(1 for line in lines if " ERROR " in line)
     slow = sum(1 for line in lines if line.endswith("(slow)"))
-    notes = [
-        line.split(" WARNING ", 1)[1]
-        for line in lines
-        if " WARNING " in line and not line.endswith("(slow)")
-    ]
+    notes = _log_notes(text)
     out = [f"log: {errors} failed and {slow} slow requests in the last {len(lines)} lines"]
     if notes:
         out.append(f'log says: "{notes[-1]}"')
     return out
+
+
+def _log_cause(text: str | None) -> str:
+    """What the log names as the cause, in a sentence."""
+    if notes := _log_notes(text):
+        return (
+            f'the log says so: "{notes[-1]}". That holds the workers: requests wait, '
+            "and many time out."
+        )
+    if text and "waiting for a worker" in text:
+        return (
+            "requests time out waiting for a worker (the log's errors): something holds "
+            "every worker; the log's last lines do not say what started it."
+        )
+    return "the log does not say; the symptoms are slow, failing requests and a busy CPU."
 
 
 class DemoPolicy:
@@ -233,6 +260,8 @@ class DemoPolicy:
     def next_step(self, turn: Turn) -> Reply:
         if turn.restart is not None:
             return self.after_restart(turn)
+        if turn.alert is not None:
+            return self.investigate_alert(turn, turn.alert)
         health, metrics = turn.before_restart()
         if health is None:
             extra = [n for n in asks_for(turn.request) if n != HEALTH]
@@ -302,7 +331,56 @@ class DemoPolicy:
             )
         return Reply(content=self.restart_answer(turn, restart, after_h, after_m))
 
+    def investigate_alert(self, turn: Turn, alert: AlertAsk) -> Reply:
+        """An alert's job: all the read-only evidence at once, then what it shows."""
+        health, metrics = turn.before_restart()
+        if health is None:
+            return Reply(
+                content=f"Alert {alert.name}: checking web's health, metrics and log.",
+                tool_calls=[ScriptedCall(HEALTH, {}), ScriptedCall(METRICS, {}), _logs_call()],
+            )
+        return Reply(content=self.alert_answer(turn, alert, health, metrics))
+
     # -- answers ------------------------------------------------------------------------
+
+    def alert_answer(
+        self, turn: Turn, alert: AlertAsk, health: Health, metrics: dict[str, Any] | None
+    ) -> str:
+        logs = turn.logs[-1][1] if turn.logs else None
+        # The log's counts; what it says about itself is the cause, quoted once below.
+        found = [f"- {e}" for e in _evidence(health, metrics) + _log_findings(logs)[:1]]
+        later = [f"- meanwhile: {u}" for u in turn.alert_updates]
+        if health.ok and not _failing(metrics or {}):
+            return "\n".join(
+                [
+                    f"**{alert.name}: not confirmed — web looks healthy now.** What I see:",
+                    *found,
+                    *later,
+                    "",
+                    "The alert may have fired on a blip web has recovered from. Nothing "
+                    "needs fixing, so I changed nothing; if it fires again, I'll look again.",
+                ]
+            )
+        cause = _log_cause(logs)
+        return "\n".join(
+            [
+                f"**{alert.name}: confirmed — web is degraded.** What I found:",
+                *found,
+                *later,
+                "",
+                f"**Likely cause:** {cause}",
+                "",
+                "**How sure:** "
+                + (
+                    "high: /health, the metrics and the log agree."
+                    if metrics and logs
+                    else "fair: not every source answered (see above)."
+                ),
+                "",
+                "**Next step:** restart web; a fresh process should clear this. Say "
+                '"restart web" in this thread and I\'ll ask for approval. I changed nothing.',
+            ]
+        )
 
     def healthy_answer(self, health: Health) -> str:
         return (

@@ -7,6 +7,11 @@ last step (:func:`restart_intent`, :func:`asks_for`), and the results of the fou
 tools parsed (:class:`Health`, the metrics' JSON, the log, :class:`Restart`). A person's
 message may end with the runtime's note on when it was sent relative to a card's wait and
 decision; :meth:`ReplyOrder.split` takes it off the person's words and reads it.
+
+A job an alert started has the alert group as its request, quoted as data under the
+alerting system's header (``bot.alerts.text``); :class:`AlertAsk` reads its name and
+status from it, and neither the request nor the updates that follow it are read as a
+person's words (an annotation saying "restart" asks for nothing).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from typing import Any, Literal
 
 HEALTH, METRICS, LOGS, RESTART = "web_health", "web_metrics", "web_logs", "web_restart"
 SLOW_MS = 1000.0  # a /health slower than this is degraded
+# How an alert group's text for the model starts (``bot.alerts.text.HEADER``, which this
+# room may not import; tests/dev/test_demo_alerts.py keeps the two in step).
+ALERT_HEADER = "Alert from the alerting system"
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +220,35 @@ def parse_metrics(text: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+_ALERT_LINE = re.compile(r"^> alert: (?P<name>.+?) · status: (?P<status>firing|resolved)\b", re.M)
+_UPDATE_LINE = re.compile(r"^> (?P<line>update to .+)$", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class AlertAsk:
+    """An alert group the job was asked to investigate: its name and status."""
+
+    name: str
+    status: str
+
+    @classmethod
+    def read(cls, text: str) -> AlertAsk | None:
+        """The alert in a request, or None when ``text`` is not an alert group."""
+        if ALERT_HEADER not in text:
+            return None
+        found = _ALERT_LINE.search(text)
+        return cls(found["name"], found["status"]) if found else cls("the alert", "firing")
+
+
+def alert_update(text: str) -> str | None:
+    """The first line of an alert group's update ("update to X: 1 resolved"), or None
+    when ``text`` is not one."""
+    if ALERT_HEADER not in text:
+        return None
+    found = _UPDATE_LINE.search(text)
+    return found["line"] if found else None
+
+
 @dataclass(frozen=True, slots=True)
 class Restart:
     outcome: Literal["done", "declined", "failed"]
@@ -243,6 +280,8 @@ class Turn:
     logs: list[tuple[int, str]] = field(default_factory=list)
     restart: tuple[int, Restart] | None = None
     order: ReplyOrder | None = None  # the runtime's note on the latest such message
+    alert: AlertAsk | None = None  # the request is an alert group (data, not words)
+    alert_updates: list[str] = field(default_factory=list)  # alerts joined or resolved since
 
     @classmethod
     def read(cls, events: Sequence[Event]) -> Turn:
@@ -251,6 +290,8 @@ class Turn:
         spoke = False  # the model has taken a step in this turn
         words: list[str] = []
         for i, event in enumerate(events[start:], start):
+            if event.kind == "user" and turn._alert_text(event.text, spoke):
+                continue
             if event.kind == "user":
                 said, order = ReplyOrder.split(event.text)
                 words.append(said)
@@ -267,6 +308,20 @@ class Turn:
         elif words:
             turn.pending = "\n".join(words)
         return turn
+
+    def _alert_text(self, text: str, spoke: bool) -> bool:
+        """Take ``text`` in if it is the alerting system's (the request of an alert's job,
+        or an update to its group); whether it was."""
+        update = alert_update(text)
+        if update is not None:
+            self.alert_updates.append(update)
+            return True
+        ask = AlertAsk.read(text)
+        if ask is None:
+            return False
+        if not spoke and self.alert is None:
+            self.alert = ask
+        return True
 
     def _result(self, i: int, event: Event) -> None:
         if event.tool == HEALTH:

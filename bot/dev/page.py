@@ -1,7 +1,8 @@
 """The emulator's page for people: its routes, their guard, and the server-sent event stream.
 
 **The page** (``bot/dev/static``: plain HTML, JS and CSS) is served at ``/`` and talks to
-``/ui/…`` JSON endpoints (``info``, ``state?user=``, ``post``, ``click``) and a server-sent
+``/ui/…`` JSON endpoints (``info``, ``state?user=``, ``post``, ``click``, ``shortcut``,
+``alert``, ``fire-alert``) and a server-sent
 event stream ``/ui/stream?user=U…`` whose first event is a ``snapshot`` of the state and the
 rest are changes in the order they happened (``message``, ``update``, ``delete``,
 ``reaction``, ``ephemeral``, ``status``, ``delivery``). Ephemeral messages are scoped **on the
@@ -204,6 +205,8 @@ class PageBackend(Protocol):
 
     def post_alert(self) -> str: ...
 
+    async def fire_alert(self) -> dict[str, Any]: ...
+
 
 class PageRoutes:
     """``/``, ``/static/``, ``/ui/…`` and their guard (:meth:`guard`, a middleware)."""
@@ -223,6 +226,7 @@ class PageRoutes:
         app.router.add_post("/ui/click", self._ui_click)
         app.router.add_post("/ui/shortcut", self._ui_shortcut)  # shortcut.js
         app.router.add_post("/ui/alert", self._ui_alert)  # shortcut.js: a demo alert post
+        app.router.add_post("/ui/fire-alert", self._ui_fire_alert)  # alerts.js
 
     @web.middleware
     async def guard(
@@ -305,6 +309,10 @@ class PageRoutes:
     async def _ui_alert(self, request: web.Request) -> web.Response:
         await self._json_body(request)
         return json_response({"ok": True, "ts": self._backend.post_alert()})
+
+    async def _ui_fire_alert(self, request: web.Request) -> web.Response:
+        await self._json_body(request)
+        return json_response({"ok": True, **await self._backend.fire_alert()})
 
 
 __all__ = [

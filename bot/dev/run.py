@@ -14,7 +14,13 @@ by the pid it started:
    when that is taken, a free port (said so);
 5. ``opsloop serve`` as a child process on a free loopback port, pointed at the
    emulator (``SLACK_API_URL``) with a fresh signing secret; the emulator delivers
-   events and clicks to it, signed, as Slack does.
+   events and clicks to it, signed, as Slack does. Alerts in are on: a fresh
+   ``OPSLOOP_ALERTS_TOKEN`` and the page's channel as ``OPSLOOP_ALERTS_CHANNEL``;
+6. the demo's alerting (``bot.dev.demo_alerts``), which posts Alertmanager's webhook to
+   the bot with that token: the page's "Fire an alert", and, with the demo service, its
+   rule on web's error rate, which fires once web degrades (about ``--degrade-after``
+   seconds in) and resolves once it is repaired. ``OPSLOOP_DEV_DEMO_ALERT=0`` turns the
+   rule off (the page's button still fires).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ DEFAULT_PAGE_PORT = 3000
 BOT_START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 DEV_DRAIN_S = "3"  # seconds the bot may drain on Ctrl-C, inside STOP_TIMEOUT_S
+DEMO_ALERT_SWITCH = "OPSLOOP_DEV_DEMO_ALERT"  # "0": the demo's rule does not fire by itself
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -60,6 +67,12 @@ def model_configured(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("LLM_MODEL") or environ.get("LLM_BASE_URL"))
 
 
+def demo_alert_on(environ: Mapping[str, str]) -> bool:
+    """Whether the demo's rule fires its alert by itself (the demo service runs, and
+    ``OPSLOOP_DEV_DEMO_ALERT`` does not turn it off)."""
+    return not environ.get("OPSLOOP_TOOLS") and environ.get(DEMO_ALERT_SWITCH, "1") != "0"
+
+
 @dataclass
 class DevStack:
     """Everything ``opsloop dev`` started, to be stopped in reverse."""
@@ -75,6 +88,7 @@ class DevStack:
     managed_redis_url: str = ""  # the managed redis-server's address, when it is ours
 
     async def start(self) -> None:
+        from bot.dev.demo_alerts import ALERTS_PATH, AlertSender, DemoAlerts
         from bot.dev.people import APPROVERS, DEV_USERS
         from bot.dev.workspace import Emulator
         from bot.emulator.redis_server import ManagedRedis
@@ -89,6 +103,7 @@ class DevStack:
             redis_url = self.managed_redis_url = managed.url
         env["REDIS_URL"] = redis_url
 
+        service_port: int | None = None
         if self.environ.get("OPSLOOP_TOOLS"):
             env["OPSLOOP_TOOLS"] = self.environ["OPSLOOP_TOOLS"]
         else:
@@ -143,6 +158,10 @@ class DevStack:
         )
         # Ctrl-C gives the bot STOP_TIMEOUT_S: a change in flight may finish, within that.
         env["OPSLOOP_DRAIN_S"] = self.environ.get("OPSLOOP_DRAIN_S") or DEV_DRAIN_S
+        # Alerts in, posted in the page's channel; the token is this run's, known only to
+        # this process (the page asks it to fire: the browser never holds the token).
+        alerts_token = secrets.token_urlsafe(24)
+        env.update(OPSLOOP_ALERTS_TOKEN=alerts_token, OPSLOOP_ALERTS_CHANNEL=emulator.channel_id)
         child_env = {**self.environ, **env}
         child_env.pop("SLACK_APP_TOKEN", None)
         log = await asyncio.to_thread(open, self.folder / "bot.log", "ab")  # closed by its stop
@@ -162,6 +181,14 @@ class DevStack:
         await _wait_healthy(f"http://127.0.0.1:{bot_port}/healthz", bot, self.folder / "bot.log")
         emulator.bot_url = f"http://127.0.0.1:{bot_port}/slack/events"
 
+        sender = AlertSender(f"http://127.0.0.1:{bot_port}{ALERTS_PATH}", alerts_token)
+        alerts = DemoAlerts(sender, service_port)
+        self._stops.append(alerts.close)
+        emulator.alerts = alerts
+        if service_port is not None and demo_alert_on(self.environ):
+            watch = asyncio.create_task(alerts.watch())
+            self._stops.append(lambda: _cancel(watch))
+
     async def stop(self) -> None:
         while self._stops:
             stop = self._stops.pop()
@@ -171,6 +198,12 @@ class DevStack:
                     await result
             except Exception as exc:  # keep stopping the rest
                 self.say(f"while stopping: {type(exc).__name__}: {exc}")
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _terminate(proc: asyncio.subprocess.Process) -> None:
@@ -217,6 +250,12 @@ async def run_dev(folder: Path, page_port: int, degrade_after_s: float = 20.0) -
             print(
                 f'opsloop dev: the demo service "web" degrades after {degrade_after_s:g}s;'
                 ' mention @opsloop on the page (e.g. "@opsloop web is slow, look into it")',
+                flush=True,
+            )
+        if demo_alert_on(stack.environ):
+            print(
+                "opsloop dev: its alert (WebErrorRateHigh) then fires by itself and is "
+                'investigated in its thread; "Fire an alert" on the page fires another',
                 flush=True,
             )
         redis_url = stack.managed_redis_url or "<your REDIS_URL>"

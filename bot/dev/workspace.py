@@ -20,6 +20,9 @@ This module owns the workspace's state and when things happen; the parts live be
 - ``bot.dev.page``: the page (``/``, ``/ui/…``), its guard and its server-sent event stream.
 - ``bot.dev.pane``: the assistant pane and App Home of each dev user.
 - ``bot.dev.response_urls``: the ``response_url`` of each click, its lifetime and uses.
+- ``bot.dev.demo_alerts``: the page's "Fire an alert" (:meth:`Emulator.fire_alert`), once
+  ``opsloop dev`` sets ``alerts``: an Alertmanager notification posted to the bot's
+  webhook with its token, which stays on this side (the page never sees it).
 
 A message mentioning the bot goes out twice, as ``app_mention`` and as ``message`` (two event
 ids, same channel and ts), each delivery on its own. The bot's own posts are not echoed back to
@@ -47,6 +50,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bot.dev.demo_alerts import DemoAlerts
 from bot.dev.page import (
     STATIC_DIR,
     EmulatorError,
@@ -144,6 +148,7 @@ class Emulator(FakeSlack):
         self.channel_name = channel_name
         self.model_label = model_label
         self.bot_url: str | None = None
+        self.alerts: DemoAlerts | None = None  # the page's "Fire an alert", once the bot runs
         self.ack_timeout: float = ACK_TIMEOUT_S
         self.retry_delays: tuple[float, ...] = RETRY_DELAYS_S
         self.deliveries: deque[Delivery] = deque(maxlen=MAX_DELIVERIES)
@@ -338,6 +343,13 @@ class Emulator(FakeSlack):
         self._feed.posted(self._state.messages[(self.channel_id, ts)])
         self._evict()
         return ts
+
+    async def fire_alert(self) -> dict[str, Any]:
+        """The page's "Fire an alert": the bot's status and outcome (:class:`EmulatorError`
+        ``alerts_off`` until ``alerts`` is set)."""
+        if self.alerts is None:
+            raise EmulatorError("alerts_off", status=503)
+        return await self.alerts.fire_by_hand()
 
     # ---- the page's view of the state ------------------------------------------------------
 
