@@ -2,7 +2,9 @@
 
 ``dev`` starts the whole local stack (managed Redis, demo service, scripted demo model,
 emulator page, the bot) on free ports under the test's own folder and stops it with
-SIGINT, as Ctrl-C would, checking that nothing it started is left behind. ``page`` is a
+SIGINT, as Ctrl-C would, checking that nothing it started is left behind. The demo's
+alert does not fire by itself there (``OPSLOOP_DEV_DEMO_ALERT=0``: it would add a thread to
+every test's channel); the page's "Fire an alert" still does. ``page`` is a
 headless Chromium page (``/usr/bin/chromium``; no browser download). Screenshots go to
 ``.opsloop/screenshots/`` (test artifacts).
 """
@@ -95,6 +97,7 @@ async def dev(tmp_path: Path) -> AsyncIterator[Dev]:
     env.pop("OPSLOOP_TOOLS", None)
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OPSLOOP_DEV_DEMO_ALERT", "0")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", "dev", "--port", "0", "--dir", str(folder),
         "--degrade-after", "0",
@@ -147,8 +150,10 @@ async def browser() -> AsyncIterator[object]:
 
 
 def screenshot_path(name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    return SCREENSHOTS / f"{name}.png"
+    """Where the screenshot ``name`` goes (``alerts/alert-thread``: in a subfolder)."""
+    path = SCREENSHOTS / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def copy_to_docs(name: str) -> None:
@@ -156,6 +161,6 @@ def copy_to_docs(name: str) -> None:
     OPSLOOP_UPDATE_SCREENSHOTS=1 (a test run must not change tracked files by itself)."""
     if os.environ.get("OPSLOOP_UPDATE_SCREENSHOTS") != "1":
         return
-    target = ROOT / "docs" / "screenshots"
-    target.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(screenshot_path(name), target / f"{name}.png")
+    target = ROOT / "docs" / "screenshots" / f"{name}.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(screenshot_path(name), target)
