@@ -54,7 +54,8 @@
       else if (d.status === 0) notice("The bot did not answer the alert (" + d.outcome + ")", "warn");
       else if (d.status !== 200) notice("The bot refused the alert: HTTP " + d.status + " (" + d.outcome + ")", "warn");
       else {
-        notice("Alertmanager sent " + d.alert + ": the bot answered " + d.outcome, "info");
+        notice("Alertmanager sent " + d.alert + (d.outcome === "opened"
+          ? ": the bot opened its thread" : ": the bot answered " + d.outcome), "info");
         if (d.outcome === "opened") follow(d.alert, before);
       }
     }).catch(function () {
