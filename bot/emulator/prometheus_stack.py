@@ -8,7 +8,8 @@ choosing, its output in a log file there (its tail is in any start-up error):
   ``RULES``: ``AlwaysFiring`` (``vector(1) > 0``, firing from the first evaluation) and
   ``AlwaysPending`` (the same with ``for: 1h``). ``start`` returns once every target has
   been scraped and the alert fires, so callers never wait on the clock.
-* ``AlertmanagerServer``: clustering off, one receiver that sends nothing.
+* ``AlertmanagerServer``: clustering off; by default one receiver that sends nothing
+  (``bot.emulator.alert_feed`` gives it a webhook receiver that is a bot).
 
 ``stop`` sends SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``, and waits: nothing is left
 running. Used by the prometheus and alertmanager packs' tests
@@ -254,10 +255,12 @@ class PrometheusStack:
 
 
 class AlertmanagerServer:
-    """An Alertmanager with clustering off; see the module docstring."""
+    """An Alertmanager with clustering off; see the module docstring. ``config``: its
+    configuration (YAML), by default one receiver that sends nothing."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, config: str = ALERTMANAGER_CONFIG) -> None:
         self.folder = folder
+        self.config = config
         self.process = Process("alertmanager", folder)
         self.port = 0
 
@@ -268,7 +271,7 @@ class AlertmanagerServer:
     def start(self) -> Self:
         config = self.folder / "alertmanager.yml"
         self.folder.mkdir(parents=True, exist_ok=True)
-        config.write_text(ALERTMANAGER_CONFIG)
+        config.write_text(self.config)
         self.port = _start(
             self.process,
             lambda port: [
