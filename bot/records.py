@@ -180,6 +180,9 @@ class ApprovalRecord(PersistedRecord):
     decided_at: float | None = None
     card_owed: bool = False  # decided, and its card not yet edited to say so
     replies_seq: int = 0  # the thread's receipt count its card's replies were shown for
+    # A call that needs two different approvers (a destructive call in a job an alert
+    # started): who approved it first, while it waits for the second.
+    first_approver: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,13 +3,17 @@
 Button values are never trusted: they only name an approval or a job, which ``Turns``
 looks up and judges (``bot.turns.controls``: unknown, out of date, already decided,
 expired, stale), the clicker re-checked against the approver policy (``policy.py``);
-this module only renders the verdict. A click is answered after its decision is
-persisted (bolt's ``process_before_response``); a decision the replicas did not confirm
-in time (``OPSLOOP_REDIS_MIN_REPLICAS``) still changed the card, so its clicker is told
-it is recorded and not yet confirmed, never "nothing changed"; Slack calls that follow (card edits,
-ephemeral notes) run in the background, cards through the workspace's paced
+this module only renders the verdict. The first Approve of a call that needs two
+different approvers (a destructive call in a job an alert started) edits the card to name
+that approver and ask for a second, and tells the clicker so; nothing is decided yet.
+A click is answered after its decision is persisted (bolt's
+``process_before_response``); a decision the replicas did not confirm in time
+(``OPSLOOP_REDIS_MIN_REPLICAS``) still changed the card, so its clicker is told it is
+recorded and not yet confirmed, never "nothing changed"; Slack calls that follow (card
+edits, ephemeral notes) run in the background, cards through the workspace's paced
 ``chat.update`` budget, ahead of progress updates. Cards are posted by
-``bot.slack.notifier``; their edits (a decision, an expiry, a reminder) are made here.
+``bot.slack.notifier``; their edits (a decision, a first approval, an expiry, a reminder)
+are made here.
 The Continue of a job the workspace's daily cap stopped is an approver's only, and
 raises the day's cap instead of the job's budget (``bot.turns.spend``).
 """
@@ -37,7 +41,7 @@ from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
 from bot.slack.status_blocks import ending_message
 from bot.slack.updates import UpdateBudget
-from bot.turns.controls import UNKNOWN_CARD, Accepted, Refused, Verdict
+from bot.turns.controls import UNKNOWN_CARD, Accepted, FirstApproval, Refused, Verdict
 from bot.turns.parts import Turns
 from bot.turns.spend import CapContinued, DailyCaps, Raised, continue_capped, stopped_by_cap
 
@@ -53,6 +57,10 @@ UNCONFIRMED = (
 THEN_RUNS = "The call runs once its record is confirmed, while the card is valid."
 THEN_GOES_ON = "The job goes on without the call."
 ONLY_APPROVERS = "only an approver can raise the workspace's daily cap"
+FIRST_APPROVAL = (
+    "Your approval is recorded. An alert started this job, so a second, different approver "
+    "must approve before the call runs."
+)
 CARD_POSTED_WAIT_S = 10.0  # a reply during the card's posting waits this long for it
 CARD_POSTED_POLL_S = 0.25
 CARD_RENDER_ROUNDS = 3
@@ -170,7 +178,7 @@ class Interactions:
         seq = await self.turns.stores.receipts.count(thread)  # before reading: never past it
         replies = await self.turns.stores.card_replies.of(approval)
         if replies:
-            await self._show_replies(approval)
+            await self._show_card(approval)
             if acknowledge:
                 for reply in replies:
                     await self._eyes(thread.channel, reply.ts)
@@ -197,14 +205,15 @@ class Interactions:
             approval = await self.turns.stores.approvals.get(approval.job_id, approval.call_id)
         return approval
 
-    async def _show_replies(self, approval: ApprovalRecord) -> None:
-        """Render the card with its replies; read again and render again while what it
-        shows changed meanwhile (a reply in another process, a decision), so the last
-        edit shows the last state whichever process made the edits before it."""
-        shown: tuple[str, tuple[str, ...]] | None = None
+    async def _show_card(self, approval: ApprovalRecord) -> None:
+        """Render the card with its replies and its first approval; read again and render
+        again while what it shows changed meanwhile (a reply in another process, a first
+        approval, a decision), so the last edit shows the last state whichever process
+        made the edits before it."""
+        shown: tuple[str, str | None, tuple[str, ...]] | None = None
         for _ in range(CARD_RENDER_ROUNDS):
             replies = await self.turns.stores.card_replies.of(approval)
-            now = (approval.status, tuple(r.ts for r in replies))
+            now = (approval.status, approval.first_approver, tuple(r.ts for r in replies))
             if now == shown:
                 return
             if approval.status == "pending":
@@ -292,6 +301,10 @@ class Interactions:
                     then = THEN_RUNS if decided.status == "approved" else THEN_GOES_ON
                     note = UNCONFIRMED.format(outcome=decided.status, then=then)
                     self._later(self._tell(body, note), "ephemeral")
+            case FirstApproval(record=first):
+                if first.card_ts is not None:
+                    self._later(self._show_card(first), "card")
+                self._later(self._tell(body, FIRST_APPROVAL), "ephemeral")
             case Refused(text=why):
                 self._later(self._tell(body, f"Nothing changed: {why}."), "ephemeral")
             case _:

@@ -16,8 +16,9 @@ so ``<!channel>``, ``<!here>``, ``<@U…>``, ``<#C…>`` or ``<!subteam^…>`` i
 text and never pings anyone; the only links are ours, made of http(s) URLs; every piece is
 cut to a bound that keeps the message within Slack's limits.
 
-A job an alert started has ``ALERT_REQUESTER`` as its requester; ``requested_by`` names a
-requester the way the status message and App Home show it.
+A job an alert started has ``ALERT_REQUESTER`` as its requester, which
+``blockkit.mention`` shows as "Alertmanager" wherever a requester is named (the status
+message, App Home, cards).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from bot.slack.blockkit import (
     escape,
     escaped,
     hhmm,
-    mention,
     one_line,
     plural,
     section_block,
@@ -69,12 +69,6 @@ HEADLINE_LABELS = frozenset({"alertname", "severity"})
 
 FIRING_ICON = ":fire:"
 RESOLVED_ICON = ":white_check_mark:"
-
-
-def requested_by(requester: str) -> str:
-    """Who asked for a job, as the status message and App Home say it: ``Alertmanager``
-    for a job an alert started, else the person's mention."""
-    return "Alertmanager" if requester == ALERT_REQUESTER else mention(requester)
 
 
 # -- pieces ----------------------------------------------------------------------------------

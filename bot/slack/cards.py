@@ -3,7 +3,10 @@
 Pure functions of the approval record (``bot.records.ApprovalRecord``) returning a
 :class:`~bot.slack.blockkit.Message`. Text from people, the model or tools is escaped
 (``bot.slack.blockkit``), so a reason or an argument can never form a mention or a link.
-The buttons' action ids are ``bot.slack.status_blocks``'.
+The buttons' action ids are ``bot.slack.status_blocks``'. A call that needs two different
+approvers (``bot.turns.controls.two_approvers``: a destructive call in a job an alert
+started) says so, and once approved by one, its card names them and asks for a second;
+decided, it names both.
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ from bot.slack.blockkit import (
     section_block,
 )
 from bot.slack.status_blocks import ACTION_APPROVE, ACTION_DENY
+from bot.turns.controls import two_approvers
 
 CARD_TITLE_BLOCK = "opsloop_card_title"
 CARD_ACTIONS_BLOCK = "opsloop_card_actions"
 CARD_DECISION_BLOCK = "opsloop_card_decision"
 CARD_REPLIES_BLOCK = "opsloop_card_replies"
+CARD_FIRST_APPROVAL_BLOCK = "opsloop_card_first_approval"
 MAX_CARD_REPLIES = 5  # the newest shown; the rest counted
 REPLY_CHARS = 150
 MAX_CARD_ARGS = 12
@@ -46,6 +51,8 @@ MAX_PREVIEW_CHARS = 1_000
 ARG_VALUE_CHARS = 300
 
 ANYONE = "anyone in the workspace may approve"
+WHY_TWO = "an alert started this job"
+TWO_APPROVERS = f"two different approvers must approve: {WHY_TWO}"
 _SKIPPED_ARGS = frozenset({"confirmed_by"})  # set from the click, never shown as the model's
 
 
@@ -140,7 +147,9 @@ def _card_body(
         blocks.append(section_block(NO_DRY_RUN))
     # Whom to ask, in an incident; with no approver policy, say that anyone may.
     who = " · approvers: " + whom_to_ask(approvers) if approvers else " · " + ANYONE
-    if record.category == "destructive":
+    if two_approvers(record):
+        who += " · " + TWO_APPROVERS
+    elif record.category == "destructive":
         who += " · the requester may not approve it"
     blocks.append(
         context_block(
@@ -164,7 +173,10 @@ def reminder_message(record: ApprovalRecord, *, approvers: Sequence[str], now: f
     """The one recall of a card still pending: what waits, since when, whom to ask."""
     waited = duration(max(now - record.requested_at, 0.0))
     who = whom_to_ask(approvers) if approvers else "anyone in the channel"
-    if record.category == "destructive":
+    if two_approvers(record):
+        first = record.first_approver
+        who += f" ({TWO_APPROVERS}" + (f"; {mention(first)} approved" if first else "") + ")"
+    elif record.category == "destructive":
         who += f" (not {mention(record.requester)}: two-person rule)"
     text = (
         f":alarm_clock: Still waiting for an approval of `{escaped(record.tool, 80)}` "
@@ -182,9 +194,15 @@ def approval_card(
 ) -> Message:
     """The card for a pending approval, with ``Approve`` and ``Deny``; ``approvers`` (the
     policy's user and group ids, when it names any) are shown as whom to ask, and
-    ``replies`` (what people said in the thread since it was asked) above the buttons."""
+    ``replies`` (what people said in the thread since it was asked) above the buttons.
+    A call approved by the first of the two approvers it needs names them, and still has
+    its buttons for the second."""
     value = f"{record.job_id}|{record.call_id}"
     blocks = _card_body(record, approvers, replies)
+    if first := first_approval_line(record):
+        blocks.append(
+            context_block(f":white_check_mark: {first}", block_id=CARD_FIRST_APPROVAL_BLOCK)
+        )
     blocks.append(
         actions_block(
             CARD_ACTIONS_BLOCK,
@@ -193,18 +211,36 @@ def approval_card(
         )
     )
     text = f"Approval needed: {_summary(record)} · expires at {hhmm(record.expires_at)}"
+    if first:
+        text += f" · {first}"
     if replies:
         text += f" · {_replies(len(replies))} in the thread since"
     return Message(text=text, blocks=blocks)
 
 
-def decision_line(outcome: Outcome, by: str | None, at: datetime | float) -> str:
-    """``Approved by <@U…> at 14:05 UTC``, ``Denied by …``, ``Expired at …``, ``Cancelled by …``."""
+def first_approval_line(record: ApprovalRecord) -> str | None:
+    """``Approved by <@U1> · a second approver is needed: …`` on a pending card its
+    first approver approved; None otherwise."""
+    if record.status != "pending" or not record.first_approver:
+        return None
+    return f"Approved by {mention(record.first_approver)} · a second approver is needed: {WHY_TWO}"
+
+
+def decision_line(
+    outcome: Outcome, by: str | None, at: datetime | float, *, first: str | None = None
+) -> str:
+    """``Approved by <@U…> at 14:05 UTC``, ``Denied by …``, ``Expired at …``, ``Cancelled by …``;
+    with the ``first`` of two approvers, ``Approved by <@U1> and <@U2> at …`` (any other
+    outcome names them after it)."""
+    if outcome == "approved" and first:
+        return f"Approved by {mention(first)} and {mention(by)} at {hhmm(at)}"
     if outcome == "expired":
-        return f"Expired at {hhmm(at)}"
-    if outcome == "cancelled":
-        return f"Cancelled by {mention(by)}" if by else "Cancelled"
-    return f"{outcome.capitalize()} by {mention(by)} at {hhmm(at)}"
+        line = f"Expired at {hhmm(at)}"
+    elif outcome == "cancelled":
+        line = f"Cancelled by {mention(by)}" if by else "Cancelled"
+    else:
+        line = f"{outcome.capitalize()} by {mention(by)} at {hhmm(at)}"
+    return f"{line} · first approved by {mention(first)}" if first else line
 
 
 _ICONS = {
@@ -229,12 +265,13 @@ def decided_card(
     while it waited) or the card's current blocks (as in a ``block_actions`` payload):
     the actions block and any earlier decision line are dropped.
     """
-    line = decision_line(outcome, by, at)
     if isinstance(card, ApprovalRecord):
+        line = decision_line(outcome, by, at, first=card.first_approver)
         blocks, subject = _card_body(card, replies=replies), _summary(card)
     else:
+        line = decision_line(outcome, by, at)
         old = card.blocks if isinstance(card, Message) else card
-        drop = {CARD_ACTIONS_BLOCK, CARD_DECISION_BLOCK}
+        drop = {CARD_ACTIONS_BLOCK, CARD_DECISION_BLOCK, CARD_FIRST_APPROVAL_BLOCK}
         blocks = [b for b in old if b.get("block_id") not in drop and b.get("type") != "actions"]
         title = next((b for b in blocks if b.get("block_id") == CARD_TITLE_BLOCK), None)
         subject = escape(title["text"]["text"]) if title else "Approval"

@@ -3,7 +3,8 @@
 ``LiveStatus`` holds what the status message shows (``bot.slack.status_blocks.Progress``):
 the iteration, the tokens and the model, the running tool with what it last said of its
 progress, the finished tools' lines, the tool whose approval card is pending, a short note
-of the model's, and whether this process let the job go. ``JobProgress``
+of the model's, whether this process let the job go, and who asked (named when an alert
+did). ``JobProgress``
 (``bot.slack.progress``) tells it what the run's events change; it posts the message as the
 job starts (with Stop, which lives there throughout) and submits every change to the
 workspace's ``UpdateBudget`` (paced, newest wins); ``edit`` is urgent and awaited (the
@@ -72,6 +73,7 @@ class LiveStatus:
             finished=tuple(self.named_lines(self.lines[-MAX_TOOL_LINES:])),
             awaiting=self.awaiting,
             handed_over=self.handed_over,
+            requester=self.face.record.requester,
         )
 
     def _active_s(self) -> float:

@@ -5,8 +5,10 @@ Empty means any human but the bot. A group's members come from
 ``usergroups.users.list`` and are cached for ``GROUP_CACHE_S``; when Slack cannot say
 (an error, a timeout), the group grants nothing — a refusal the clicker can retry, never
 an approval nobody vouched for. Destructive tools follow the two-person rule: whoever
-started the job may not approve (nor deny) its destructive calls. Stop and Continue may
-be pressed by the person who started the job or by an approver.
+started the job may not approve (nor deny) its destructive calls. A job an alert started
+has no person behind it, so its destructive calls need two different approvers instead
+(``bot.turns.controls.two_approvers``): this policy judges each of them as an approver.
+Stop and Continue may be pressed by the person who started the job or by an approver.
 
 The clicker's id and team always come from the signed request (``body["user"]``); button
 values are never trusted for identity or authority. A clicker from outside the installing

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from bot.agent.ports import WORKSPACE_CAP
 from bot.agent.run import STALL_ITERATIONS
 from bot.agent.state import StopReason
+from bot.alerts.text import REQUESTER as ALERT_REQUESTER
 from bot.llm.prices import cost_text
 from bot.slack.blockkit import (
     Block,
@@ -75,11 +76,14 @@ class Progress:
     stopping: bool = False
     awaiting: str | None = None  # the tool whose approval card is pending
     handed_over: bool = False  # this process let the job go: another resumes it
+    # Named only when no person asked (an alert started the job): a person's request is
+    # the message right above the status in the thread.
+    requester: str | None = None
 
 
 def status_message(progress: Progress, *, final: bool = False, stop_button: bool = True) -> Message:
     """The status message: counters, tools, and a ``Stop`` button while running (unless
-    ``stop_button`` is off)."""
+    ``stop_button`` is off); "requested by Alertmanager" for a job an alert started."""
     p = progress
     state = "Finished" if final else ("Stopping…" if p.stopping else "Working")
     if p.awaiting and not final and not p.stopping:
@@ -93,6 +97,8 @@ def status_message(progress: Progress, *, final: bool = False, stop_button: bool
     context = [f"*{state}* · {stats}"]
     if p.model:
         context.append(f"`{escaped(p.model, 200)}`")
+    if p.requester == ALERT_REQUESTER:
+        context.append(f"requested by {mention(p.requester)}")
     blocks: list[Block] = [context_block(*context)]
     lines = tool_lines(p.finished)
     running = p.current_tool if not final else None

@@ -49,7 +49,8 @@ return 1
 # ('' = none), args_hash ('' = any), now, the audit entry's JSON without its closing brace,
 # the outbox's ttl, touch a decided record ('1' when replication is asked for). A won
 # decision stages its audit entry, completed with what only the record knows (the tool,
-# the arguments hash, the card), in the same script.
+# the arguments hash, the card, who approved first when two approvers were needed), in
+# the same script.
 # Returns {verdict, field, value, ...}; verdict is won | decided | expired | stale | early,
 # or {'missing'} when there is no record.
 DECIDE = """
@@ -77,10 +78,15 @@ else
   local data = cjson.decode(redis.call('HGET', KEYS[1], 'data'))
   local card = redis.call('HGET', KEYS[1], 'card_ts')
   if not card or string.sub(card, 1, 8) == 'posting:' then card = '' end
+  local first = redis.call('HGET', KEYS[1], 'first_approver')
   local entry = ARGV[5] .. ',"tool":' .. cjson.encode(data['tool'])
     .. ',"args_hash":' .. cjson.encode(redis.call('HGET', KEYS[1], 'args_hash'))
     .. ',"detail":{"card_ts":' .. cjson.encode(card)
-    .. ',"requester":' .. cjson.encode(data['requester']) .. '}}'
+    .. ',"requester":' .. cjson.encode(data['requester'])
+  if first then
+    entry = entry .. ',"first_approver":' .. cjson.encode(first)
+  end
+  entry = entry .. '}}'
   redis.call('HSET', KEYS[1], 'status', outcome, 'decided_at', ARGV[4], 'card_owed', '1')
   if by ~= '' then
     redis.call('HSET', KEYS[1], 'decided_by', by)
@@ -108,15 +114,22 @@ redis.call('HSET', KEYS[1], 'card_ts', ARGV[1])
 return 1
 """
 
-# KEYS[1] approval hash. ARGV: field, value, '1' to only move a count forward.
+# KEYS[1] approval hash. ARGV: field, value, how: 'always'; 'forward' (a count, only ever
+# moved forward); 'first' (only while the field is unset and the approval pending: the
+# first of two approvers is whoever was first, and never set on a decided card).
 # Returns 1 if written. Never on a missing record: a late write (a card posted, a receipt
 # count) must not bring back an expired record as a hash of that one field.
 SET_FIELD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-if ARGV[3] == '1'
+local how = ARGV[3]
+if how == 'forward'
     and tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') >= tonumber(ARGV[2]) then
+  return 0
+end
+if how == 'first' and (redis.call('HGET', KEYS[1], 'status') ~= 'pending'
+    or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1) then
   return 0
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])

@@ -12,10 +12,17 @@ An approval is a HASH under the job's thread tag::
     card_owed   "1" from the decision until its card was edited to show it
     replies_seq the thread's receipt count when the card was last edited to show the
                 replies sent since it was asked (``bot.store.card_replies``)
+    first_approver  the raw Slack user id of the first of two approvers, when the call
+                needs two (set once, only while pending: ``first_approval``)
 
 The fields that change are plain hash fields and ``data`` never changes, so the Lua
 that decides reads and writes strings only (no cjson, no float re-encoding) and a
 card-ts write can never be lost to a concurrent decision. ``get`` merges the two.
+
+A call that needs two different approvers (the rule is the caller's: ``bot.turns.controls``)
+gets its first approval recorded by ``first_approval`` (the record stays pending) and is
+then decided as any other; the decision's audit entry names the first approver. The
+first approval waits for no replica: lost in a failover, it only means one more click.
 
 ``decide`` is the atomic pending → decided transition: of any number of concurrent
 calls exactly one wins; the others get the record as it is (so the clicker can be told
@@ -80,7 +87,9 @@ REFUSED_EARLY = "this approval has not expired yet"
 # Slack user ids (``U…``, ``W…`` on Enterprise Grid): ``confirmed_by`` is always the raw
 # id, never a mention such as ``<@U123>``.
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
-_MUTABLE = frozenset({"status", "card_ts", "decided_by", "decided_at", "card_owed", "replies_seq"})
+_MUTABLE = frozenset(
+    {"status", "card_ts", "decided_by", "decided_at", "card_owed", "replies_seq", "first_approver"}
+)
 POSTING = "posting:"  # card_ts while a process posts the card (claim_card)
 CARD_CLAIM_S = 30.0
 
@@ -110,6 +119,7 @@ def _from_hash(fields: dict[str, str]) -> ApprovalRecord:
         card = fields.get("card_ts") or None
         data["card_ts"] = None if card is not None and card.startswith(POSTING) else card
         data["decided_by"] = fields.get("decided_by") or None
+        data["first_approver"] = fields.get("first_approver") or None
         data["card_owed"] = fields.get("card_owed") == "1"
         data["replies_seq"] = int(fields.get("replies_seq") or 0)
         raw_at = fields.get("decided_at")
@@ -175,7 +185,12 @@ class Approvals(ApprovalIndex):
         (a resumed job asking again gets the card it already has). ``remind_at``: when
         to remind people of it if still pending (``take_reminders``).
         """
-        if record.status != "pending" or record.decided_by or record.decided_at is not None:
+        if (
+            record.status != "pending"
+            or record.decided_by
+            or record.decided_at is not None
+            or record.first_approver
+        ):
             raise ValueError("a new approval must be pending and undecided")
         key = self.keys.approval(record.job_id, record.call_id)
         member = index_member(record.job_id, record.call_id)
@@ -251,7 +266,7 @@ class Approvals(ApprovalIndex):
         """Remember the card's message ts; ``False`` if there is no such approval."""
         async with translated("approval set card"):
             done = await self._set_field(
-                keys=[self.keys.approval(job_id, call_id)], args=["card_ts", ts, "0"]
+                keys=[self.keys.approval(job_id, call_id)], args=["card_ts", ts, "always"]
             )
         return bool(done)
 
@@ -260,8 +275,19 @@ class Approvals(ApprovalIndex):
         receipt count): a scan refreshes it only once the thread received more."""
         async with translated("approval replies shown"):
             await self._set_field(
-                keys=[self.keys.approval(job_id, call_id)], args=["replies_seq", seq, "1"]
+                keys=[self.keys.approval(job_id, call_id)], args=["replies_seq", seq, "forward"]
             )
+
+    async def first_approval(self, job_id: str, call_id: str, by: str) -> ApprovalRecord | None:
+        """Record ``by`` (a raw Slack user id) as the first of the two approvers the
+        pending call needs, unless someone was first already; the record after it (its
+        ``first_approver`` is whoever was first), ``None`` when there is no such approval.
+        Nothing is decided: the record stays pending until a second approver decides it."""
+        _check_user(by)
+        key = self.keys.approval(job_id, call_id)
+        async with translated("approval first approval"):
+            await self._set_field(keys=[key], args=["first_approver", by, "first"])
+        return await self.get(job_id, call_id)
 
     async def decide(
         self,

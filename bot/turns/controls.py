@@ -11,6 +11,11 @@ judged here, and the caller (the Slack edge) only renders the verdict:
   unknown, out of date (another message of the same approval), already decided,
   expired, no longer matching the job's pending call (stale), or the clicker may not
   decide it (the edge's approver policy, asked last through ``authorize``).
+  A destructive call in a job nobody asked for as a person (an alert started it:
+  ``two_approvers``) needs two different approvers: the first Approve is a
+  ``FirstApproval`` (recorded on the approval, nothing decided), the same person's
+  Approve again is refused, and a different approver's Approve decides it as any
+  decision (``confirmed_by`` is theirs). Deny decides at once, whoever was first.
 - ``stop``: at once for a job nobody runs (queued or awaiting approval: its pending card
   is cancelled too), else by flag and signal (the running loop ends it ``cancelled``).
 - ``raise_limit``: Continue raises the limit that stopped the job by its original value,
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.agent.state import StopReason
+from bot.alerts.text import REQUESTER as ALERT_REQUESTER
 from bot.errors import StoreError
 from bot.store.approvals import (
     REFUSED_EXPIRED,
@@ -49,6 +55,13 @@ RefusalKind = Literal["unknown", "out_of_date", "decided", "expired", "stale", "
 UNKNOWN_CARD = "this card is no longer valid"
 OUT_OF_DATE = "this card is out of date"
 ALREADY_DECIDED = "this approval was already decided"
+SECOND_APPROVER = "a second, different approver must approve"
+
+
+def two_approvers(approval: ApprovalRecord) -> bool:
+    """Whether the call needs two different approvers: a destructive call in a job no
+    person asked for (an alert started it), where no requester stands behind it."""
+    return approval.category == "destructive" and approval.requester == ALERT_REQUESTER
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +84,16 @@ class Refused:
     kind: Literal["refused"] = "refused"
 
 
-Verdict = Accepted | Refused
+@dataclass(frozen=True, slots=True)
+class FirstApproval:
+    """The click was the first of the two approvals the call needs; ``record`` (still
+    pending) names its ``first_approver``. Nothing runs until someone else approves."""
+
+    record: ApprovalRecord
+    kind: Literal["first_approval"] = "first_approval"
+
+
+Verdict = Accepted | FirstApproval | Refused
 
 # The clicker's permission for this approval: a refusal text, or None when allowed.
 Authorize = Callable[[ApprovalRecord], Awaitable[str | None]]
@@ -146,6 +168,9 @@ class Controls:
             return Refused("stale", REFUSED_STALE)
         if (refusal := await authorize(approval)) is not None:
             return Refused("not_allowed", refusal)
+        if outcome == "approved" and two_approvers(approval):
+            if (first := await self._first_approval(approval, by)) is not None:
+                return first
         result = await self.approvals.decide(
             job_id, call_id, outcome=outcome, by=by, args_hash=args_hash, now=time.time()
         )
@@ -162,6 +187,22 @@ class Controls:
             return Refused(reason, result.refusal or ALREADY_DECIDED)
         await self._look_soon(job_id)
         return Accepted(result.record, replicated=result.replicated)
+
+    async def _first_approval(self, approval: ApprovalRecord, by: str) -> Verdict | None:
+        """An Approve of a call that needs two approvers: recorded as its first approval
+        when nobody approved it yet (of two first clicks at once, one is first), refused
+        when ``by`` was first; ``None`` when someone else was first: this Approve decides."""
+        first = approval.first_approver
+        if not first:
+            stored = await self.approvals.first_approval(approval.job_id, approval.call_id, by)
+            if stored is None:
+                return Refused("unknown", UNKNOWN_CARD)
+            if stored.status != "pending":
+                return None  # decided meanwhile: deciding says by whom
+            if stored.first_approver == by:
+                return FirstApproval(stored)
+            first = stored.first_approver
+        return Refused("not_allowed", SECOND_APPROVER) if first == by else None
 
     async def _look_soon(self, job_id: str) -> None:
         """A decided job is resumed by whoever took the click; should that process die

@@ -19,11 +19,10 @@ from bot.slack.alerts import (
     MAX_LABELS_SHOWN,
     alert_message,
     link,
-    requested_by,
     resolved_message,
     update_message,
 )
-from bot.slack.blockkit import Message, validate
+from bot.slack.blockkit import Message, mention, validate
 from tests.alerts.samples import am_alert, am_body, grafana_body, notification
 
 RESOLVED_AT = datetime(2025, 3, 1, 3, 40, tzinfo=UTC).timestamp()
@@ -309,11 +308,11 @@ def test_an_update_of_many_alerts_is_bounded() -> None:
     assert lines[-1] == f"_and {150 - (len(lines) - 1)} more alerts_"
 
 
-def test_requested_by_alertmanager() -> None:
+def test_a_job_an_alert_started_is_requested_by_alertmanager() -> None:
     assert ALERT_REQUESTER == "alertmanager"
-    assert requested_by(ALERT_REQUESTER) == "Alertmanager"
-    assert requested_by("U0ALICE") == "<@U0ALICE>"
-    assert requested_by("<!channel>") == "&lt;!channel&gt;"
+    assert mention(ALERT_REQUESTER) == "Alertmanager"
+    assert mention("U0ALICE") == "<@U0ALICE>"
+    assert mention("<!channel>") == "&lt;!channel&gt;"
 
 
 def test_the_start_is_shown_with_its_date_or_not_at_all() -> None:
