@@ -225,8 +225,8 @@ class PageRoutes:
         app.router.add_post("/ui/post", self._ui_post)
         app.router.add_post("/ui/click", self._ui_click)
         app.router.add_post("/ui/shortcut", self._ui_shortcut)  # shortcut.js
-        app.router.add_post("/ui/alert", self._ui_alert)  # shortcut.js: a demo alert post
-        app.router.add_post("/ui/fire-alert", self._ui_fire_alert)  # alerts.js
+        app.router.add_post("/ui/alert", self._ui_alert)  # alerts.js: Alertmanager's Slack post
+        app.router.add_post("/ui/fire-alert", self._ui_fire_alert)  # alerts.js: its webhook
 
     @web.middleware
     async def guard(

@@ -6,7 +6,7 @@
  * message is sent; the browser remembers that (localStorage "opsloop.hint"). Messages are
  * drawn by app.js's renderer (window.opsloopRender), loaded before this script. Its JSON
  * POST is window.opsloopPostJson(path, body) -> Promise of {status, data}, which
- * shortcut.js and assistant.js post with too. No build step, no dependencies. */
+ * shortcut.js, alerts.js and assistant.js post with too. No build step, no dependencies. */
 (function (root) {
   "use strict";
 

@@ -1,5 +1,4 @@
-/* The message shortcut "Investigate with opsloop" on the dev page, and a demo alert to use
- * it on.
+/* The message shortcut "Investigate with opsloop" on the dev page.
  *
  *    window.opsloopShortcut.menu(msg) -> HTML of a message's "⋯" menu (channel.js's messageEl);
  *    window.opsloopShortcut.attachments(msg) -> HTML of its legacy attachments (an
@@ -7,8 +6,7 @@
  *
  * "⋯ → Investigate with opsloop" posts /ui/shortcut (the emulator sends the bot a signed
  * message_action as the person acting), then opens the message's thread, where the job
- * answers. "Post a demo alert" (in the channel's header) posts /ui/alert: the emulator posts
- * Alertmanager's alert for the demo service, as its incoming webhook would.
+ * answers. alerts.js's "Post a demo alert" gives it an integration's post to act on.
  */
 (function (root) {
   "use strict";
@@ -128,26 +126,6 @@
       items.hidden = !items.hidden;
     }
   }, true);
-
-  function addAlertButton() {
-    var head = doc.querySelector('[data-testid="channel"] .pane-head');
-    if (!head || head.querySelector('[data-testid="post-alert"]')) return;
-    var button = doc.createElement("button");
-    button.type = "button";
-    button.className = "post-alert";
-    button.setAttribute("data-testid", "post-alert");
-    button.title = "Post Alertmanager's alert for the demo service, as its webhook would";
-    button.textContent = "Post a demo alert";
-    button.addEventListener("click", function () {
-      post("/ui/alert", {}).then(function (r) {
-        if (r.status !== 200) tell("No alert posted: " + (r.data.error || "HTTP " + r.status));
-      }).catch(function () { tell("No alert posted: the emulator is not reachable"); });
-    });
-    head.appendChild(button);
-  }
-
-  if (doc.readyState === "loading") doc.addEventListener("DOMContentLoaded", addAlertButton);
-  else addAlertButton();
 
   root.opsloopShortcut = { menu: menu, attachments: attachments };
 })(window);
