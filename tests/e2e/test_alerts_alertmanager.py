@@ -63,7 +63,7 @@ async def test_a_group_from_alertmanager_is_one_thread_investigated_until_it_res
 
     async def policy(request: ScriptedRequest) -> Reply:
         if len(model.requests) == 1:
-            await release.wait()
+            await asyncio.wait_for(release.wait(), 60)  # bounded: a failing test ends
             return Reply(
                 content="Checking the host.",
                 tool_calls=[ScriptedCall("check_host", {"host": "web-03"})],
@@ -135,6 +135,8 @@ async def test_a_group_from_alertmanager_is_one_thread_investigated_until_it_res
     assert outcomes(feed.deliveries).count("opened") == 2
     assert all(d.status == 200 for d in feed.deliveries)
     assert "Resolved" in slack.message("C0ALERTS", message.ts).text  # the old thread stays closed
+    assert await thread_job(redis_server.url, message, number=2) is None  # one job per thread
+    assert await thread_job(redis_server.url, again, number=2) is None
 
 
 async def test_redis_down_is_a_503_that_alertmanager_retries_into_one_thread(
