@@ -31,6 +31,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Unpack
 
 import aiohttp
 import httpx
@@ -43,7 +44,6 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncServerErrorRetryHandler,
 )
 
-from bot.agent.ports import ClientResolver, Condense, Pricing, Spend
 from bot.alerts.routes import Routes, configured
 from bot.llm.chain import build_chain
 from bot.llm.condense import ModelCondenser
@@ -83,9 +83,8 @@ from bot.turns.background import Tasks
 from bot.turns.cards import Cards
 from bot.turns.controls import Controls
 from bot.turns.parts import Turns
-from bot.turns.ports import Notifier
 from bot.turns.receive import Receiver
-from bot.turns.run import JobRunner, TurnSettings, process_name
+from bot.turns.run import JobRunner, RunnerParts, TurnSettings, process_name
 from bot.turns.scanner import Scanner
 from bot.turns.spend import WorkspaceSpend
 from tools.packs import PackConfig
@@ -117,40 +116,18 @@ def job_admission(
 def build_turns(
     stores: Stores,
     *,
-    resolver: ClientResolver,
-    catalog: Catalog,
-    system_prompt: str,
     settings: TurnSettings,
-    condense: Condense | None = None,
-    consumer: str | None = None,
-    notifier: Notifier | None = None,
-    tracing: Tracing | None = None,
-    pricing: Pricing | None = None,
-    spend: Spend | None = None,
     audit: AuditPublisher | None = None,
+    **parts: Unpack[RunnerParts],
 ) -> Turns:
-    """The jobs side of a process from its parts (``bot.turns.parts``); ``notifier=None``
-    runs jobs headless, ``consumer`` names the process in the inject streams (default:
-    host and pid)."""
-    cards = Cards(stores, notifier)
-    runner = JobRunner(
-        stores=stores,
-        resolver=resolver,
-        catalog=catalog,
-        system_prompt=system_prompt,
-        settings=settings,
-        cards=cards,
-        condense=condense,
-        notifier=notifier,
-        tracing=tracing,
-        pricing=pricing,
-        spend=spend,
-        consumer=consumer if consumer is not None else process_name(),
-    )
+    """The jobs side of a process from its parts (``bot.turns.parts``): the runner gets
+    ``parts`` (no ``notifier``: jobs run headless; no ``consumer``: the process is named
+    by host and pid in the inject streams)."""
+    cards = Cards(stores, parts.get("notifier"))
     return Turns(
         stores=stores,
         receiver=Receiver(stores, settings.limits),
-        runner=runner,
+        runner=JobRunner(stores=stores, settings=settings, cards=cards, **parts),
         cards=cards,
         controls=Controls(stores.approvals, stores.jobs),
         audit=audit,

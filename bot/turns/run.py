@@ -29,6 +29,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Required, TypedDict
 
 from bot.agent import AgentConfig, Limits, RunResult, run
 from bot.agent.cancel import CancelToken
@@ -103,6 +104,21 @@ class TurnSettings:
     stream: bool = False
     approval_ttl_s: float = 3600.0
     approval_remind_s: float = 600.0  # a pending card is recalled once after this; 0: never
+
+
+class RunnerParts(TypedDict, total=False):
+    """What a ``JobRunner`` is given beyond the stores, the settings and the cards (the
+    composition root passes them through: ``bot.service.build_turns``)."""
+
+    resolver: Required[ClientResolver]
+    catalog: Required[Catalog]
+    system_prompt: Required[str]
+    condense: Condense | None
+    consumer: str
+    notifier: Notifier | None
+    tracing: Tracing | None
+    pricing: Pricing | None
+    spend: Spend | None
 
 
 @dataclass(frozen=True, slots=True)
