@@ -473,3 +473,43 @@ async def test_no_approvers_is_a_warning_that_anyone_may_approve(
     assert checked.line("approvers") == (
         "ok    approvers: only U0BOB, S0ONCALL may approve a change"
     )
+
+
+async def test_alert_routes_are_read_and_every_mistake_named_by_line(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    routes = tmp_path / "alerts.yml"
+    routes.write_text(
+        "routes:\n"
+        "  - match: {severity: critical}\n"
+        "    channel: C0INCIDENTS\n"
+        "  - match: {team: /pay.*/}\n"
+        "    channel: C0PAYMENTS\n"
+        "    investigate: read_only\n"
+        "default_channel: C0ALERTS\n"
+    )
+    token = "alert-token-0123456789"
+    env = environment(
+        slack, redis_server, model, OPSLOOP_ALERTS_TOKEN=token, OPSLOOP_ALERTS=str(routes)
+    )
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 0, checked
+    assert checked.line("alerts") == (
+        "ok    alerts: POST /alerts/alertmanager on: 2 routes, default C0ALERTS; channels "
+        "C0INCIDENTS, C0PAYMENTS, C0ALERTS; at most 20 investigations an hour"
+    )
+    checked.shows_no(token)
+
+    routes.write_text(
+        "routes:\n  - match: {severity: '/[/'}\n    channel: general\n    investigate: maybe\n"
+    )
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 1, checked
+    line = checked.line("alerts")
+    assert line.startswith("FAIL  alerts: OPSLOOP_ALERTS: ")
+    for where in (f"{routes}:2", f"{routes}:3", f"{routes}:4"):
+        assert where in line, line
+
+    no_routes = environment(slack, redis_server, model, OPSLOOP_ALERTS_TOKEN=token)
+    checked = await opsloop_check(no_routes, cwd=tmp_path)
+    assert checked.code == 1 and "no OPSLOOP_ALERTS or" in checked.line("alerts"), checked

@@ -24,6 +24,7 @@ from bot.emulator.slack_socket import FakeSocketMode
 from .approvals_kit import answered, call_then_answer, runs, texts, tools_yml, wait_card
 from .conftest import StartBot
 from .harness import ScriptedModel, click_body, event_body, mention, reply, seed, steps
+from .test_alerts_in import CHANNEL, TOKEN, notification, post_alert, roots
 
 APP_TOKEN = "xapp-1-A0OPSLOOP-1-0123456789abcdef"
 SOCKET = {"SLACK_APP_TOKEN": APP_TOKEN, "SLACK_SIGNING_SECRET": None}
@@ -244,3 +245,18 @@ async def test_a_reply_to_a_waiting_card_over_socket_mode_is_heard_before_the_cl
     await slack.wait_for(lambda: len(model.requests) >= 2, timeout=30)
     told = [m for m in model.requests[1].messages if m.get("role") == "user"][-1]
     assert "waited for approval; <@UAPPROVER1> approved it at" in str(told["content"])
+
+
+async def test_alerts_reach_the_health_server_of_socket_mode(
+    bot: StartBot, slack: FakeSlack, socket: FakeSocketMode, model: ScriptedModel
+) -> None:
+    """``opsloop socket`` has no events endpoint, but its health server takes alerts."""
+    model.policy = steps(Reply(content="web-03 is busy with a backup."))
+    serve = await bot(**SOCKET, OPSLOOP_ALERTS_TOKEN=TOKEN, OPSLOOP_ALERTS_CHANNEL=CHANNEL)
+    await socket.wait_connected()
+    assert (await post_alert(serve, notification(("web-03", "firing"))))[0] == 200
+    await slack.wait_for(lambda: len(roots(slack)) == 1, timeout=30)
+    [alert] = roots(slack)
+    await slack.wait_for(
+        lambda: any("backup" in m.text for m in slack.messages(CHANNEL, alert.ts)), timeout=30
+    )
