@@ -51,11 +51,11 @@ from bot.agent.messages import UserMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.emulator.redis_server import ManagedRedis
 from bot.service import build_turns
-from bot.store.parts import Stores
 from bot.store.approvals import ApprovalRecord
 from bot.store.connection import connect
 from bot.store.jobs import JobLimits, JobRecord
 from bot.store.keys import BUCKETS, LEASE_RENEW_S, LEASE_TTL_MS, Keys, Thread, job_bucket
+from bot.store.parts import Stores
 from bot.turns.parts import Turns
 from bot.turns.run import TurnSettings
 from bot.turns.scanner import SCAN_INTERVAL_S, Scanner

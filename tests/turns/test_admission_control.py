@@ -21,10 +21,10 @@ from bot.agent import ModelRequest, ModelResponse
 from bot.agent.testing import ScriptedModel, text
 from bot.metrics import Metrics
 from bot.service import build_turns
-from bot.store.parts import Stores
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobRecord, JobStatus
 from bot.store.keys import Keys, Thread, job_bucket
+from bot.store.parts import Stores
 from bot.turns.background import Tasks
 from bot.turns.parts import Turns
 from bot.turns.run import TurnSettings

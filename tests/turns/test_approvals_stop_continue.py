@@ -11,10 +11,10 @@ import redis.asyncio as aioredis
 from bot.agent import StopReason, ToolMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.service import build_turns
-from bot.store.parts import Stores
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobStatus
 from bot.store.keys import Keys, Thread, job_bucket
+from bot.store.parts import Stores
 from bot.store.quota import JobAdmission
 from bot.turns.parts import Turns
 from bot.turns.run import TurnSettings

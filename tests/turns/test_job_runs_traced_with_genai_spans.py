@@ -20,8 +20,8 @@ from bot.metrics import Metrics
 from bot.otel.spans import GenAiTracing
 from bot.otel.tracing import SPAN_META, TRACE_META, TracingOptions
 from bot.service import build_turns
-from bot.store.parts import Stores
 from bot.store.keys import Keys, Thread
+from bot.store.parts import Stores
 from bot.turns.parts import Turns
 from bot.turns.run import TurnSettings
 from tests.agent.conftest import echo_tool

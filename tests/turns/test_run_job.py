@@ -12,11 +12,11 @@ from redis.asyncio.connection import AbstractConnection
 from bot.agent import ModelRequest, ModelResponse, StopReason, ToolMessage, UserMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.service import build_turns
-from bot.store.parts import Stores
 from bot.store.history import RedisHistory
 from bot.store.jobs import JobLimits, JobStatus
 from bot.store.keys import TRACE_TTL_S, Keys, Thread
 from bot.store.lease import Leases
+from bot.store.parts import Stores
 from bot.store.trace import read_trace
 from bot.turns.parts import Turns
 from bot.turns.run import TurnSettings

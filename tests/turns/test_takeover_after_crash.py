@@ -22,11 +22,11 @@ import redis.asyncio as aioredis
 from bot.agent import ModelRequest, ModelResponse, StopReason, ToolMessage
 from bot.agent.testing import ScriptedModel, call, calls, text
 from bot.service import build_turns
-from bot.store.parts import Stores
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import JobLimits, JobStatus
 from bot.store.keys import LEASE_TTL_MS, Keys, Thread, job_bucket
 from bot.store.lease import Leases
+from bot.store.parts import Stores
 from bot.turns.parts import Turns
 from bot.turns.run import TurnSettings
 from bot.turns.scanner import DUE_PAGE, SCAN_INTERVAL_S, Scanner
