@@ -21,10 +21,10 @@ from bot.emulator.scripted import Reply
 from bot.emulator.slack import FakeSlack
 from bot.emulator.slack_socket import FakeSocketMode
 
+from .alerts_kit import CHANNEL, TOKEN, notification, post_alert, roots
 from .approvals_kit import answered, call_then_answer, runs, texts, tools_yml, wait_card
 from .conftest import StartBot
 from .harness import ScriptedModel, click_body, event_body, mention, reply, seed, steps
-from .test_alerts_in import CHANNEL, TOKEN, notification, post_alert, roots
 
 APP_TOKEN = "xapp-1-A0OPSLOOP-1-0123456789abcdef"
 SOCKET = {"SLACK_APP_TOKEN": APP_TOKEN, "SLACK_SIGNING_SECRET": None}
