@@ -7,7 +7,9 @@ from typing import Any
 
 from .conftest import Dev, screenshot_path
 
-TIMEOUT_MS = 30_000
+# A hang guard, not a speed check: on 2 cores with the whole suite running, a dev stack's
+# resumed job can take most of 30 s to reach its next step.
+TIMEOUT_MS = 60_000
 THREAD = '[data-testid="thread"]'
 
 
