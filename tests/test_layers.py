@@ -45,20 +45,24 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "bot.store": frozenset({"bot.agent", "bot.errors", "bot.records"}),
     # Alerts in: the webhook's payload, the routes, the text the model reads (no I/O).
     "bot.alerts": frozenset({"bot.agent", "bot.errors"}),
-    "tools": frozenset({"bot.agent", "bot.errors", "bot.scrub"}),
+    # Team knowledge: runbooks (files in, sections out), the timeline's values (no Redis).
+    "bot.knowledge": frozenset({"bot.agent", "bot.errors", "bot.scrub"}),
+    "tools": frozenset({"bot.agent", "bot.errors", "bot.scrub", "bot.knowledge"}),
     # OpenTelemetry: the switch, a job's trace meta, the SDK's spans (only when on).
     "bot.otel": frozenset({"bot.agent", "bot.store"}),
     "bot.turns": frozenset(
         {"bot.agent", "bot.errors", "bot.store", "tools", "bot.llm", "bot.otel", "bot.alerts"}
+        | {"bot.knowledge"}
     ),
     "bot.slack": frozenset(
         {"bot.turns", "bot.records", "bot.llm", "bot.metrics", "bot.otel", "bot.alerts"}
+        | {"bot.knowledge"}
     )
     | SHARED,
     "bot.metrics": SHARED,
     "bot.service": frozenset(
         {"bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.metrics", "bot.otel"}
-        | {"bot.alerts"}
+        | {"bot.alerts", "bot.knowledge"}
     )
     | SHARED,
     # The chaos soak (bot.emulator.soak) reads each job's state by the store's keys and
@@ -70,7 +74,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "bot.cli": frozenset(
         {"bot", "bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.service"}
     )
-    | {"bot.metrics", "bot.dev", "bot.otel", "bot.alerts"}
+    | {"bot.metrics", "bot.dev", "bot.otel", "bot.alerts", "bot.knowledge"}
     | SHARED,
     "bot.__main__": frozenset({"bot.cli"}),
 }
