@@ -37,6 +37,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -85,6 +86,55 @@ def _get(body: dict[str, Any], part: str, name: str) -> str | None:
     return _str(inner.get(name)) if isinstance(inner, dict) else None
 
 
+@dataclass(frozen=True, slots=True)
+class ActedOn:
+    """A message shortcut's payload, checked: who used it on which message of which thread."""
+
+    thread: Thread  # the message's thread (its own ts when it is a root)
+    ts: str  # the message's ts
+    user: str
+    team: str | None  # the user's team, for ``ApproverPolicy.outsider``
+    message: dict[str, Any]
+
+
+def acted_on(body: dict[str, Any]) -> ActedOn | None:
+    """The ``message_action`` payload's message, thread and user, or None when the payload
+    is not one, or its channel, ts or user is not shaped like Slack's (they become keys)."""
+    if body.get("type") != "message_action":
+        return None
+    message = body.get("message")
+    if not isinstance(message, dict):
+        return None
+    channel = _get(body, "channel", "id")
+    ts = _str(body.get("message_ts")) or _str(message.get("ts"))
+    user = _get(body, "user", "id")
+    thread_ts = _str(message.get("thread_ts")) or ts
+    if not (channel and ts and user and thread_ts):
+        return None
+    if not (_CHANNEL.match(channel) and _TS.match(ts) and _TS.match(thread_ts)):
+        log.info("ignored a shortcut on a message not shaped like Slack's")
+        return None
+    if not _USER.match(user):
+        return None
+    return ActedOn(Thread(channel, thread_ts), ts, user, _get(body, "user", "team_id"), message)
+
+
+async def bot_in_channel(client: AsyncWebClient, thread: Thread) -> bool:
+    """Read the message's thread (one message): False only when Slack says the bot is not
+    in the channel (anything else — slow, another error — is not a verdict)."""
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_S):
+            await client.conversations_replies(channel=thread.channel, ts=thread.thread_ts, limit=1)
+    except SlackApiError as exc:
+        error = exc.response.get("error") if exc.response is not None else None
+        if error in NOT_MEMBER:
+            return False
+        log.info("shortcut in %s: the channel check failed (%s)", thread, error)
+    except Exception:
+        log.info("shortcut in %s: the channel check failed", thread, exc_info=True)
+    return True
+
+
 def request_text(message: dict[str, Any]) -> str:
     """The job's request: what is asked, then the message quoted as data (bounded,
     scrubbed). Who asked is the entry's author (the history names them)."""
@@ -128,27 +178,14 @@ class Shortcut:
             self._tell(body, UNAVAILABLE)
 
     async def _investigate(self, body: dict[str, Any]) -> None:
-        if body.get("type") != "message_action":
+        acted = acted_on(body)
+        if acted is None:
             return
-        message = body.get("message")
-        if not isinstance(message, dict):
-            return
-        channel = _get(body, "channel", "id")
-        ts = _str(body.get("message_ts")) or _str(message.get("ts"))
-        user = _get(body, "user", "id")
-        thread_ts = _str(message.get("thread_ts")) or ts
-        if not (channel and ts and user and thread_ts):
-            return
-        if not (_CHANNEL.match(channel) and _TS.match(ts) and _TS.match(thread_ts)):
-            log.info("ignored a shortcut on a message not shaped like Slack's")
-            return
-        if not _USER.match(user):
-            return
-        thread = Thread(channel, thread_ts)
+        thread, ts, user, message = acted.thread, acted.ts, acted.user, acted.message
         # Both bounded, side by side: the ack must not wait for one after the other.
         refusal, member = await asyncio.gather(
-            self.interactions.policy.outsider(user, _get(body, "user", "team_id")),
-            self._in_channel(thread),
+            self.interactions.policy.outsider(user, acted.team),
+            bot_in_channel(self.messages.client, thread),
         )
         if refusal is not None:
             self._tell(body, f"Nothing started: {refusal}.")
@@ -177,23 +214,6 @@ class Shortcut:
             self.messages.schedule(receipt.job_id)
         elif receipt.outcome == "duplicate":
             self._tell(body, ALREADY)
-
-    async def _in_channel(self, thread: Thread) -> bool:
-        """Read the message's thread (one message): False only when Slack says the bot is
-        not in the channel (anything else — slow, another error — is not a verdict)."""
-        try:
-            async with asyncio.timeout(CHECK_TIMEOUT_S):
-                await self.messages.client.conversations_replies(
-                    channel=thread.channel, ts=thread.thread_ts, limit=1
-                )
-        except SlackApiError as exc:
-            error = exc.response.get("error") if exc.response is not None else None
-            if error in NOT_MEMBER:
-                return False
-            log.info("shortcut in %s: the channel check failed (%s)", thread, error)
-        except Exception:
-            log.info("shortcut in %s: the channel check failed", thread, exc_info=True)
-        return True
 
     def _tell(self, body: dict[str, Any], text: str) -> None:
         if (url := response_url_of(body)) is not None:
