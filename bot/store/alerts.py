@@ -16,6 +16,8 @@ single Redis Cluster slot:
   message says so). Each item carries the notification as received (JSON, already
   bounded and scrubbed).
 - ``…:alert:lock`` (STRING): the process working through the list (``SET NX PX``).
+- under the thread's own tag, ``Keys.alert_of_thread`` (STRING ``group_id:episode``):
+  which group a thread's root message is, once posted (``of_thread``: the timeline).
 
 ``receive`` is one script: it compares the notification's alert states with the group's
 and writes the change and its work item together, before the webhook's 200 (with
@@ -38,7 +40,7 @@ from typing import Any, Literal
 
 from bot.store.buckets import due_in_buckets
 from bot.store.connection import reply_text, translated
-from bot.store.keys import HISTORY_TTL_S, bucket_of
+from bot.store.keys import HISTORY_TTL_S, Thread, bucket_of
 from bot.store.redis_store import Lua
 from bot.store.replicas import ReplicatedStore
 
@@ -318,6 +320,8 @@ class AlertGroups(ReplicatedStore):
         args: list[Any] = [str(episode)]
         for name, value in fields.items():
             args += [name, str(value)]
+        if fields.get("thread_ts"):  # the message is posted: its thread finds the group
+            await self.link_thread(gid, episode, str(fields["thread_ts"]))
         async with translated("alert set"):
             return bool(await self._set(keys=[self.state_key(gid)], args=args))
 
@@ -328,3 +332,41 @@ class AlertGroups(ReplicatedStore):
                 keys=[self.state_key(gid)], args=[str(episode), name, value]
             )
         return bool(reply)
+
+    # -- the thread's group ----------------------------------------------------------
+    # A thread's pointer (``Keys.alert_of_thread``) is under the thread's hash tag, the
+    # group under its own: two commands, never one script. The pointer is written before
+    # the group's ``thread_ts`` (a crash between the two leaves a pointer ``of_thread``
+    # checks and ignores, never a group its thread cannot find).
+
+    async def link_thread(self, gid: str, episode: int, thread_ts: str) -> None:
+        """Point the thread whose root is the group's message (in its routed channel) at
+        the group and episode, for as long as the group's state is kept."""
+        async with translated("alert thread"):
+            channel = await self.redis.hget(self.state_key(gid), "channel")
+            if not channel:
+                return
+            thread = Thread(reply_text(channel), thread_ts)
+            await self.redis.set(
+                self.keys.alert_of_thread(thread), f"{gid}:{episode}", ex=GROUP_TTL_S
+            )
+
+    async def of_thread(self, thread: Thread) -> AlertGroup | None:
+        """The alert group whose message is ``thread``'s root, while the group is still
+        in that episode (a group that fired again since has a new thread); else None."""
+        async with translated("alert thread"):
+            raw = await self.redis.get(self.keys.alert_of_thread(thread))
+        if raw is None:
+            return None
+        gid, _, episode = reply_text(raw).rpartition(":")
+        if not gid or not episode.isdigit():
+            return None
+        group = await self.get(gid)
+        if (
+            group is None
+            or group.episode != int(episode)
+            or group.channel != thread.channel
+            or group.thread_ts != thread.thread_ts
+        ):
+            return None
+        return group

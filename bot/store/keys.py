@@ -121,6 +121,12 @@ class Keys:
         """HASH: an assistant-pane thread's context (the channel its user looks at)."""
         return self._t(thread, "assistant")
 
+    # -- per thread: the alert group that opened it (bot.store.alerts) ------------
+    def alert_of_thread(self, thread: Thread) -> str:
+        """STRING ``group_id:episode``: the alert group whose message is this thread's
+        root (written when the message is posted; the group's own keys have their tag)."""
+        return self._t(thread, "alert")
+
     # -- workspace-wide indexes, sharded (see the module docstring) --------------
     def _ix(self, bucket: int, name: str) -> str:
         if not 0 <= bucket < INDEX_BUCKETS:
@@ -193,6 +199,13 @@ class Keys:
         """STRING ``seq:hash`` of the last entry retention removed (where the chain that
         is kept starts)."""
         return f"{self.prefix}{AUDIT_TAG}:anchor"
+
+    # -- past incidents and their search index (one hash tag) ---------------------
+    def incidents(self, name: str) -> str:
+        """A key of the past-incident records and their search index, all under the
+        ``{incidents}`` tag (the layout is in ``bot.store.incidents``; its scripts build
+        the per-record and per-term names from ``incidents("")``)."""
+        return f"{self.prefix}{{incidents}}:{name}"
 
     # -- workspace-wide spend and rates (one hash tag) -----------------------------
     def quota(self, name: str) -> str:
