@@ -248,6 +248,7 @@ MAX_SUGGESTED_PROMPTS = 4
 DEFAULT_AUDIT_RETENTION_DAYS = 400
 DEFAULT_ALERT_INVESTIGATIONS_PER_HOUR = 20
 DEFAULT_JOBS_PER_USER_HOUR = 30
+DEFAULT_INCIDENT_RETENTION_DAYS = 180
 
 
 class BotSettings(_Group):
@@ -305,6 +306,12 @@ class BotSettings(_Group):
         alias="OPSLOOP_ALERT_INVESTIGATIONS_PER_HOUR",
         ge=0,
     )  # workspace-wide; 0: none start by themselves
+    # Team knowledge: the runbooks folder (and where it is published), incident records.
+    runbooks_dir: MaybeStr = Field(None, alias="OPSLOOP_RUNBOOKS")
+    runbooks_url: MaybeStr = Field(None, alias="OPSLOOP_RUNBOOKS_URL", pattern=r"^https?://\S+$")
+    incident_retention_days: int = Field(
+        DEFAULT_INCIDENT_RETENTION_DAYS, alias="OPSLOOP_INCIDENT_RETENTION_DAYS", gt=0, le=36500
+    )
     host: str = Field("0.0.0.0", alias="HOST")
     port: int = Field(DEFAULT_PORT, alias="PORT", gt=0, lt=65536)
 
@@ -448,6 +455,9 @@ PURPOSES: Mapping[str, str] = {
     "OPSLOOP_ALERTS": "a YAML file of alert routes: which channel, whether to investigate",
     "OPSLOOP_ALERTS_CHANNEL": "the channel (C…) alerts go to without routes",
     "OPSLOOP_ALERT_INVESTIGATIONS_PER_HOUR": "investigations alerts start per hour, workspace-wide",
+    "OPSLOOP_RUNBOOKS": "a folder of Markdown runbooks the agent searches and reads",
+    "OPSLOOP_RUNBOOKS_URL": "the base URL the runbooks folder is published at (runbook_url)",
+    "OPSLOOP_INCIDENT_RETENTION_DAYS": "how long incident records are kept for search",
     "HOST": "the address serve listens on",
     "PORT": "the port serve listens on (socket: health and metrics)",
     "LLM_PROVIDER": "the model API: openai (any OpenAI-compatible endpoint) or anthropic",
