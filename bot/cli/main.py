@@ -82,6 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         "or a Slack message link",
     )
     trace.add_argument("--json", action="store_true", help="one JSON object per job")
+    timeline = sub.add_parser(
+        "timeline",
+        help="an incident's timeline in UTC: alert, requests and replies, jobs, approvals, "
+        "writes, limits raised, Stop (from Redis)",
+    )
+    timeline.add_argument(
+        "thread",
+        metavar="THREAD",
+        help="a Slack message link, a thread (C123:1700000000.000100) or a job id "
+        "(C123:1700000000.000100:j1)",
+    )
+    timeline.add_argument(
+        "--json", action="store_true", help='one JSON document: {"thread", "events": [...]}'
+    )
     _add_audit_parser(sub)
     check = sub.add_parser(
         "check",
@@ -113,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         from bot.cli.trace import main as trace_main
 
         return trace_main(args.target, as_json=args.json)
+    if args.command == "timeline":
+        from bot.cli.timeline import main as timeline_main
+
+        return timeline_main(args.thread, as_json=args.json)
     if args.command == "audit":
         from bot.cli.audit import main as audit_main
 
