@@ -38,7 +38,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.metrics import Metrics
 from bot.records import Thread
-from bot.slack import admission, assistant, feedback, home, outputs, shortcut
+from bot.slack import admission, assistant, feedback, home, outputs, shortcut, timeline_shortcut
 from bot.slack.actions import Interactions
 from bot.slack.alert_poster import AlertClicks
 from bot.slack.alerts import ACTION_INVESTIGATE_ALERT
@@ -233,6 +233,14 @@ def bolt_app(
         app.action(ACTION_INVESTIGATE_ALERT)(alert_clicks.on_investigate)
     feedback.register(app, turns=messages.turns, metrics=metrics)
     shortcut.register(app, messages=messages, interactions=interactions)
+    timeline_shortcut.register(
+        app,
+        turns=messages.turns,
+        client=client,
+        policy=interactions.policy,
+        background=interactions.background,
+        names=names,
+    )
     assistant.register(app, messages=messages, background=interactions.background, config=pane)
     home.register(app, interactions=interactions, names=names)
     outputs.register(app, turns=messages.turns, client=client, background=interactions.background)
