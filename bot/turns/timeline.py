@@ -58,6 +58,7 @@ from bot.store.trace import (
     TraceEntry,
     read_trace,
 )
+from bot.turns.run import READ_ONLY_META
 
 __all__ = ["Timeline", "incident_timeline", "is_message_link", "parse_thread_ref"]
 
@@ -91,7 +92,7 @@ def parse_thread_ref(ref: str) -> Thread:
     "Copy link"; one without it names the message itself, taken as the thread's root
     (``is_message_link`` tells the caller, to say so when nothing is found)."""
     text = ref.strip()
-    if not text or len(text) > MAX_REF_CHARS:
+    if not text or len(ref) > MAX_REF_CHARS:
         raise ValueError(f"give {REF_FORMS}")
     if found := _THREAD.fullmatch(text):
         return Thread(found["channel"], found["ts"])
@@ -508,7 +509,7 @@ def _job_end_text(job: JobRecord) -> str:
 
 def _from_job(events: _Events, job: JobRecord, stopped_by: str | None) -> None:
     short = _short(job.id)
-    read_only = " (read-only tools)" if job.meta.get("read_only") else ""
+    read_only = " (read-only tools)" if job.meta.get(READ_ONLY_META) else ""
     events.add(
         ("job_started", job.id),
         job.created_at,
