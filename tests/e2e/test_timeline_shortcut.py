@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 
 from bot.emulator import sender
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.slack import FakeSlack, Message
 from bot.emulator.slack_socket import FakeSocketMode
 from bot.slack.timeline_shortcut import CALLBACK_TIMELINE, NO_RECORD
 
 from .conftest import StartBot
 from .harness import SERVE_ARGV, ScriptedModel, event_body, mention
-from .test_mention_to_answer import check_then_answer, tools_file
+from .test_mention_to_answer import tools_file
 
 CHANNEL = "C0INCIDENT"
 ANSWER = "web-03 answers again: its php-fpm pool was exhausted."
@@ -84,10 +85,19 @@ def content(slack: FakeSlack, message: Message) -> str:
     return (slack.files.file(shared["id"]).data or b"").decode()
 
 
+def check_then_answer(request: ScriptedRequest) -> Reply:
+    if request.tool_results() == 0:
+        return Reply(
+            content="Checking web-03.",
+            tool_calls=[ScriptedCall("check_host", {"host": "web-03"})],
+        )
+    return Reply(content=ANSWER)
+
+
 async def answered_incident(slack: FakeSlack, model: ScriptedModel, send: Any) -> tuple[str, str]:
     """alice mentions the bot; the job checks web-03 and answers. The thread's ts and the
     answer's."""
-    model.policy = check_then_answer(ANSWER)
+    model.policy = check_then_answer
     event = mention(CHANNEL, "UALICE", "web-03 returns 502s, <!here> what is wrong?")
     await send(event)
     await slack.wait_for(lambda: answer(slack, event["ts"]) is not None, timeout=30)
