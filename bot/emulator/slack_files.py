@@ -12,7 +12,11 @@ private without a channel. A file never uploaded, unknown or already completed i
 :data:`MAX_FILES` per call ``invalid_arguments`` too.
 
 Each file is served back at its ``url_private`` (``Authorization: Bearer xoxb-…`` needed,
-like Slack's) and at its ``permalink`` (no token: the dev page's download link). Bounded:
+like Slack's) and at its ``permalink`` (no token: the dev page's download link). A text or
+Markdown file's object carries its opening as ``preview``, with ``preview_is_truncated``,
+``lines`` and ``lines_more``, as Slack's file objects of text files do (Slack's preview is
+a few lines; this one holds up to :data:`PREVIEW_CHARS`, so the dev page can render a
+whole ``.md`` file, an incident timeline or a long answer, in the thread). Bounded:
 :data:`MAX_FILE_BYTES` per file, :data:`MAX_HELD_FILES` files held (oldest dropped).
 """
 
@@ -38,6 +42,7 @@ from bot.emulator.slack_wire import (
 MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_HELD_FILES = 200
 MAX_FILES = 10
+PREVIEW_CHARS = 20_000  # of a text file, in its object (the dev page renders it)
 UPLOAD_PATH = "/upload/v1/{ticket}"
 FILE_PATH = "/files-pri/{file_id}/{name}"
 PERMALINK_PATH = "/files/{file_id}/{name}"
@@ -55,17 +60,32 @@ class HeldFile:
 
     def as_slack(self, base: str) -> dict[str, Any]:
         size = len(self.data or b"")
+        markdown = self.name.endswith(".md")
         return {
             "id": self.id,
             "name": self.name,
             "title": self.title or self.name,
-            "mimetype": "text/markdown" if self.name.endswith(".md") else "text/plain",
-            "filetype": "markdown" if self.name.endswith(".md") else "text",
+            "mimetype": "text/markdown" if markdown else "text/plain",
+            "filetype": "markdown" if markdown else "text",
             "size": size,
             "user": BOT_USER_ID,
             "url_private": f"{base}/files-pri/{self.id}/{self.name}",
             "url_private_download": f"{base}/files-pri/{self.id}/{self.name}",
             "permalink": f"{base}/files/{self.id}/{self.name}",
+            **self._preview(),
+        }
+
+    def _preview(self) -> dict[str, Any]:
+        """Slack's preview fields of a text file: its opening and how much is left out."""
+        text = (self.data or b"").decode("utf-8", errors="replace")
+        preview = text[:PREVIEW_CHARS]
+        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        shown = preview.count("\n") + (0 if preview.endswith("\n") or not preview else 1)
+        return {
+            "preview": preview,
+            "preview_is_truncated": len(preview) < len(text),
+            "lines": lines,
+            "lines_more": max(0, lines - shown),
         }
 
 

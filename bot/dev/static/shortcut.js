@@ -1,4 +1,4 @@
-/* The message shortcut "Investigate with opsloop" on the dev page.
+/* The message shortcuts "Investigate with opsloop" and "Incident timeline" on the dev page.
  *
  *    window.opsloopShortcut.menu(msg) -> HTML of a message's "⋯" menu (channel.js's messageEl);
  *    window.opsloopShortcut.attachments(msg) -> HTML of its legacy attachments (an
@@ -7,11 +7,16 @@
  * "⋯ → Investigate with opsloop" posts /ui/shortcut (the emulator sends the bot a signed
  * message_action as the person acting), then opens the message's thread, where the job
  * answers. alerts.js's "Post a demo alert" gives it an integration's post to act on.
+ * "⋯ → Incident timeline" does the same with its own callback id: the bot posts the
+ * thread's timeline there as a Markdown file, which tasks.js renders.
  */
 (function (root) {
   "use strict";
 
-  var CALLBACK = "opsloop_investigate";
+  var SHORTCUTS = [ // [callback id, label, test id], as manifest.yml declares them
+    ["opsloop_investigate", "Investigate with opsloop", "shortcut-investigate"],
+    ["opsloop_timeline", "Incident timeline", "shortcut-timeline"],
+  ];
   var doc = root.document;
 
   function esc(value) {
@@ -41,8 +46,10 @@
       '<button type="button" class="msg-menu-toggle" data-testid="message-menu-toggle"' +
       ' aria-label="More actions" aria-haspopup="menu" title="More actions">\u22EF</button>' +
       '<div class="msg-menu-items" role="menu" hidden>' +
-      '<button type="button" role="menuitem" data-testid="shortcut-investigate"' +
-      ' data-callback-id="' + CALLBACK + '">Investigate with opsloop</button>' +
+      SHORTCUTS.map(function (s) {
+        return '<button type="button" role="menuitem" data-testid="' + s[2] + '"' +
+          ' data-callback-id="' + s[0] + '">' + esc(s[1]) + "</button>";
+      }).join("") +
       "</div></div>"
     );
   }
@@ -88,7 +95,7 @@
     if (current) current.click();
   }
 
-  function investigate(item) {
+  function useShortcut(item) {
     var menuEl = item.closest('[data-testid="message-menu"]');
     var msgEl = item.closest('[data-testid="message"]');
     if (!menuEl || !msgEl) return;
@@ -115,9 +122,9 @@
       return;
     }
     event.stopPropagation();
-    var item = target.closest('[data-testid="shortcut-investigate"]');
+    var item = target.closest("[data-callback-id]");
     if (item) {
-      investigate(item);
+      useShortcut(item);
       return;
     }
     if (target.closest('[data-testid="message-menu-toggle"]')) {

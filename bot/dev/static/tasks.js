@@ -5,8 +5,10 @@
  * `timeline` shows each task card where it came, between the text; `plan` groups every
  * card in one plan block under its title, where the first one came. The blocks a stopStream
  * ended it with (feedback buttons) follow. window.opsloopTasks.files(msg) -> HTML of the
- * files a message shares (a download link each). Pure: data in, escaped HTML out; loaded
- * before channel.js, which calls it from contentHtml. */
+ * files a message shares: a download link each, and a Markdown file's content (its
+ * `preview`, which the fake Slack fills with the file's opening) rendered as the `markdown`
+ * block renders it, so an incident timeline or a long answer reads in the thread. Pure:
+ * data in, escaped HTML out; loaded before channel.js, which calls it from contentHtml. */
 (function (root) {
   "use strict";
 
@@ -68,13 +70,34 @@
     return /^https?:\/\//i.test(String(url || "")) ? String(url) : "#";
   }
 
+  // CommonMark reads &lt; &gt; &amp; as the characters (the timeline writes Slack's `<…>` so,
+  // never a mention): decoded once here, then escaped again by the renderer, shown as text.
+  function entities(text) {
+    return text.replace(/&(lt|gt|amp);/g, function (_, name) {
+      return name === "lt" ? "<" : name === "gt" ? ">" : "&";
+    });
+  }
+
+  function preview(f) {
+    var render = root.opsloopRender;
+    if (f.filetype !== "markdown" || typeof f.preview !== "string" || !f.preview || !render) return "";
+    var more = f.preview_is_truncated
+      ? '<div class="file-more">\u2026 the rest is in the file (' + esc(f.lines_more) + " more lines)</div>"
+      : "";
+    return '<div class="file-preview block markdown" data-testid="file-preview">' +
+      render.markdown(entities(f.preview)) + more + "</div>";
+  }
+
   function files(msg) {
     var list = Array.isArray(msg.files) ? msg.files.slice(0, 10) : [];
     return list.map(function (f) {
-      return '<div class="file-share" data-testid="file"><span class="file-icon" aria-hidden="true">' +
+      if (!f || typeof f !== "object") return "";
+      return '<div class="file-share" data-testid="file" data-name="' + esc(f.name) + '">' +
+        '<span class="file-icon" aria-hidden="true">' +
         "\ud83d\udcc4</span> <a data-testid=\"file-link\" href=\"" + esc(safeHref(f.permalink)) +
         '" download="' + esc(f.name) + '" rel="noopener noreferrer">' + esc(f.title || f.name) +
-        '</a> <span class="file-size">' + esc(f.name) + " \u00b7 " + esc(f.size) + " bytes</span></div>";
+        '</a> <span class="file-size">' + esc(f.name) + " \u00b7 " + esc(f.size) + " bytes</span>" +
+        preview(f) + "</div>";
     }).join("");
   }
 
