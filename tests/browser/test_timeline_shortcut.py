@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,9 @@ async def shared_message() -> dict[str, Any]:
 def shown(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if CHROMIUM is None:
         pytest.skip("Debian's chromium is not installed")
-    message = asyncio.run(shared_message())
+    # In a thread of its own: the module's tests may share an event loop (pytestmark).
+    with ThreadPoolExecutor(1) as pool:
+        message = pool.submit(asyncio.run, shared_message()).result(timeout=60)
     folder = tmp_path_factory.mktemp("timeline")
     page = folder / "timeline.html"
     text = PAGE.replace("MESSAGE", html_safe_json(message))
@@ -117,7 +120,7 @@ def shown(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return dict(json.loads(html.unescape(found.group(1))))
 
 
-def test_the_timeline_file_renders_its_events_in_order(shown: dict[str, Any]) -> None:
+async def test_the_timeline_file_renders_its_events_in_order(shown: dict[str, Any]) -> None:
     assert shown["link"] == "Incident timeline"
     assert shown["heading"].startswith("Incident timeline: C0INCIDENT:")
     assert shown["bold"] == ["request", "approval_requested", "approved", "job_ended"]
@@ -127,12 +130,12 @@ def test_the_timeline_file_renders_its_events_in_order(shown: dict[str, Any]) ->
     assert items[2] == "2023-11-14 22:14:20 UTC · approved · @bob · restart host=web-03"
 
 
-def test_hostile_text_in_the_file_is_shown_as_text(shown: dict[str, Any]) -> None:
+async def test_hostile_text_in_the_file_is_shown_as_text(shown: dict[str, Any]) -> None:
     assert "<@UBOSS> <script>alert(1)</script>" in shown["items"][0]
     assert shown["scripts"] == 0
 
 
-def test_the_menu_offers_both_shortcuts_as_the_manifest_declares_them(
+async def test_the_menu_offers_both_shortcuts_as_the_manifest_declares_them(
     shown: dict[str, Any],
 ) -> None:
     manifest = yaml.safe_load((ROOT / "manifest.yml").read_text())
