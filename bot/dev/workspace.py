@@ -166,6 +166,8 @@ class Emulator(FakeSlack):
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._page.guard])
         app.on_response_prepare.append(security_headers)
         app.router.add_route("*", "/api/{method}", self._handle)
+        for method, path, handler in self._routes:  # the fake Slack's upload host and files
+            app.router.add_route(method, path, handler)
         app.router.add_post(RESPONSE_URL_PATH, self._response_url)
         self._page.add_to(app)
         DevPane(self).add_to(app)  # the assistant pane and App Home (bot.dev.pane)
