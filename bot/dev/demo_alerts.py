@@ -7,6 +7,9 @@ bot about the demo service "web", through the bot's own webhook.
 (:class:`Delivered`). :func:`notification` is the webhook body Alertmanager sends
 (``version: "4"``, ``groupKey``, group and common labels and annotations, each alert with
 ``summary``, ``description``, ``runbook_url``, ``generatorURL`` and ``fingerprint``).
+Both rules' ``runbook_url`` is web's runbook in the demo's runbooks folder, at the address
+``opsloop dev`` says that folder is published at (``bot.dev.demo_runbook``), so the bot
+puts that runbook in the alert job's first request.
 
 :class:`DemoAlerts` plays the rest:
 
@@ -37,6 +40,8 @@ from typing import Any, Literal
 
 import httpx
 
+from bot.dev.demo_runbook import WEB_RUNBOOK, runbook_url
+
 log = logging.getLogger(__name__)
 
 ALERTS_PATH = "/alerts/alertmanager"
@@ -58,7 +63,7 @@ class Rule:
     severity: str
     expr: str
     summary: str
-    runbook: str
+    runbook: str  # its runbook_url
 
 
 ERROR_RATE = Rule(
@@ -69,7 +74,7 @@ ERROR_RATE = Rule(
         f' / sum(rate(http_requests_total{{job="web"}}[1m])) > {ERROR_SHARE}'
     ),
     summary="web is failing requests",
-    runbook="https://runbooks.example.com/web/WebErrorRateHigh",
+    runbook=runbook_url(WEB_RUNBOOK),
 )
 LATENCY = Rule(
     name="WebLatencyHigh",
@@ -79,7 +84,7 @@ LATENCY = Rule(
         f'(rate(http_request_duration_seconds_bucket{{job="web"}}[1m]))) > {SLOW_P95_MS / 1000:g}'
     ),
     summary="web answers slowly",
-    runbook="https://runbooks.example.com/web/WebLatencyHigh",
+    runbook=runbook_url(WEB_RUNBOOK),
 )
 
 

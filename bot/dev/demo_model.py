@@ -31,16 +31,26 @@ the alert holds, what the evidence shows, what the log names as the cause, how s
 is and the next step (a restart, which a person asks for in the thread); it changes
 nothing. Nothing in the alert's text is read as a request.
 
+The team's runbooks (``bot.dev.demo_runbook``): an alert job whose request carries the
+team's runbook follows it, and its answer cites the sections and steps it followed
+("Following the team's runbook `web.md#triage` (…): steps 1–3 — check health, …"); a
+restart's reason names the runbook step it is. A turn without one searches the runbooks
+(``search_runbooks``, only when offered) with its first read-only calls, reads the top
+hit's runbook (``read_runbook``, when offered) with the next, and cites what it followed,
+or the top hit. Without those tools offered, nothing of this changes a step.
+
 What the conversation says (the turn, the tools' results, the note) is read by
 ``bot.dev.demo_turn``; this module decides the next step and words the answers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bot.dev.demo_runbook import READ, SEARCH, SEARCH_LIMIT, RunbookUse, search_query
 from bot.dev.demo_turn import (
     HEALTH,
     LOGS,
@@ -179,13 +189,39 @@ class DemoPolicy:
         """The next step for OpenAI-shaped ``messages``, with ``tools`` offered (all
         when none are given)."""
         offered = {t.get("function", t).get("name") for t in tools}
-        turn = Turn.read(timeline(messages))
+        events = timeline(messages)
+        turn = Turn.read(events)
         reply = self.follow(turn) if turn.pending is not None else None
         reply = reply or self.next_step(turn)
         missing = [c.name for c in reply.tool_calls if offered and c.name not in offered]
         if missing:
-            return Reply(content=self.unavailable(turn, missing))
-        return reply
+            reply = Reply(content=self.unavailable(turn, missing))
+        return self.with_runbook(reply, turn, RunbookUse.read(events), offered)
+
+    @staticmethod
+    def with_runbook(reply: Reply, turn: Turn, use: RunbookUse, offered: set[Any]) -> Reply:
+        """``reply`` with the team's runbook in it: searched for (``search_runbooks``,
+        when offered) with the first read-only calls of a turn that came without one,
+        read (``read_runbook``) with the next; named in a restart's reason and cited in
+        the answer."""
+        if not reply.tool_calls:
+            cited = use.citation()
+            if cited is None:
+                return reply
+            return dataclasses.replace(reply, content=f"{reply.content or ''}\n\n{cited}")
+        calls = list(reply.tool_calls)
+        read_only = all(c.name != RESTART for c in calls)
+        if read_only and use.runbook is None and not use.calls and SEARCH in offered:
+            words = search_query(turn.request, alert=turn.alert.name if turn.alert else None)
+            calls.append(ScriptedCall(SEARCH, {"query": words, "limit": SEARCH_LIMIT}))
+        elif read_only and use.runbook is None and use.hit is not None and READ in offered:
+            if READ not in use.calls:
+                calls.append(ScriptedCall(READ, {"ref": use.hit.path}))
+        content = reply.content
+        note = use.proposal_note() if not read_only else None
+        if note is not None:
+            content = f"{content} {note}" if content else note
+        return dataclasses.replace(reply, content=content, tool_calls=calls)
 
     def follow(self, turn: Turn) -> Reply | None:
         """A person spoke since the last step: do what they asked, if it is clear."""

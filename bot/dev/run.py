@@ -21,6 +21,11 @@ by the pid it started:
    rule on web's error rate, which fires once web degrades (about ``--degrade-after``
    seconds in) and resolves once it is repaired. ``OPSLOOP_DEV_DEMO_ALERT=0`` turns the
    rule off (the page's button still fires).
+
+The bot reads the team's runbooks from ``OPSLOOP_RUNBOOKS`` if you set it, else from the
+demo's folder (``bot/dev/runbooks``: web's runbook, naming its alerts, and two others),
+with ``OPSLOOP_RUNBOOKS_URL`` the address the demo's alerts' ``runbook_url`` points under
+(``bot.dev.demo_runbook``).
 """
 
 from __future__ import annotations
@@ -116,6 +121,12 @@ class DevStack:
             env["OPSLOOP_TOOLS"] = str(write_tools_file(self.folder, port=service_port))
             allow = self.environ.get("OPSLOOP_HTTP_ALLOW")
             env["OPSLOOP_HTTP_ALLOW"] = f"{allow},127.0.0.1" if allow else "127.0.0.1"
+
+        # The team's runbooks: yours (OPSLOOP_RUNBOOKS), else the demo's folder, published
+        # (as the demo's alerts' runbook_url says) at the demo's address.
+        from bot.dev.demo_runbook import runbooks_env
+
+        env.update(runbooks_env(self.environ))
 
         label = "your model"
         if not model_configured(self.environ):
