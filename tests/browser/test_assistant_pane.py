@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .conftest import Dev, screenshot_path
 from .test_dev_page import TIMEOUT_MS, act_as, open_page
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the module's browser and stack
 
 PANE = '[data-testid="assistant-pane"]'
 HOME = '[data-testid="app-home"]'

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .conftest import Dev, screenshot_path
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the module's browser and stack
 
 # A hang guard, not a speed check: on 2 cores with the whole suite running, a dev stack's
 # resumed job can take most of 30 s to reach its next step.

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .conftest import Dev, copy_to_docs, screenshot_path
 from .test_dev_page import THREAD, TIMEOUT_MS, bot_text, open_page
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the module's browser and stack
 
 ALERT = '[data-testid="channel-messages"] [data-testid="message"].bot:has-text("WebLatencyHigh")'
 SCREENSHOT = "alerts/alert-thread"

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .conftest import Dev, screenshot_path
 from .test_dev_page import THREAD, TIMEOUT_MS, act_as, bot_text, open_page
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the module's browser and stack
 
 ALERT = '[data-testid="channel-messages"] [data-testid="message"]:has-text("HighCPU web")'
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from playwright.async_api import expect
 
 from .conftest import Dev, copy_to_docs, screenshot_path
 from .test_dev_page import THREAD, TIMEOUT_MS, act_as, bot_text, mention, open_page
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the module's browser and stack
 
 REPLY = "don't restart, show me the logs first"
 HEARD_MS = 5_000  # the card shows the reply and the reply has 👀 within a few seconds

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .conftest import Dev, copy_to_docs, screenshot_path
 from .test_dev_page import THREAD, TIMEOUT_MS, act_as, bot_text, mention, open_page
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the module's browser and stack
 
 CARD = f'{THREAD} [data-testid="task-card"]'
 
