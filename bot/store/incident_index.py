@@ -177,6 +177,12 @@ def _docs_and_tfs(packed: str, lo: int) -> array[int]:
     return values[start:] if start else values
 
 
+def _floor(acc: list[float], top: int) -> float:
+    """The ``top``-th best score so far (0 while fewer records scored)."""
+    scored = list(filter(None, acc))
+    return sorted(scored)[-top] if len(scored) >= top else 0.0
+
+
 def bm25(
     packed: Iterable[str], lens: str, *, lo: int, n_docs: int, avg_length: float, top: int
 ) -> list[tuple[int, float]]:
@@ -185,26 +191,39 @@ def bm25(
     record from ``lo`` on (2 hex digits; ``00``: removed, so it scores nothing).
 
     Written with ``map`` over C functions rather than a loop: a search may read
-    thousands of postings, and a Python loop costs about a microsecond for each."""
+    thousands of postings, and a Python loop costs about a microsecond for each. Terms
+    are added rarest first; once the terms left could not lift a record that has not
+    scored yet above the ``top``-th best (each adds less than its weight), they only
+    add to the records that have (MaxScore): the same ``top``, in less time."""
     avg = avg_length if avg_length > 0 else 1.0
     n_docs = max(n_docs, 1)
     length_bytes = bytes.fromhex(lens)
     norm = [K1 * (1 - B + B * length / avg) if length else math.inf for length in LENGTH_OF_BYTE]
     acc = [0.0] * len(length_bytes)
+    lists = []
     for one in packed:
         values = _docs_and_tfs(one, lo)
-        df = len(values)
-        if not df:
-            continue
-        weight = idf(max(n_docs, df), df) * (K1 + 1)
+        if values:
+            lists.append((idf(max(n_docs, len(values)), len(values)) * (K1 + 1), values))
+    lists.sort(key=lambda item: -item[0])
+    left = sum(weight for weight, _ in lists)  # what the terms not yet added could add
+    only_scored = False
+    for weight, values in lists:
         rel = list(map(sub, map(rshift, values, repeat(8)), repeat(lo)))
         if rel[-1] >= len(acc):  # written after ``lens`` was read: not counted yet
             rel = rel[: bisect_left(rel, len(acc))]
             values = values[: len(rel)]
+        if only_scored:
+            scored = list(map(acc.__getitem__, rel))
+            values = array("I", compress(values, scored))
+            rel = list(compress(rel, scored))
         tfs = list(map(and_, values, repeat(255)))
         norms = map(norm.__getitem__, map(length_bytes.__getitem__, rel))
         gains = map(truediv, map(mul, tfs, repeat(weight)), map(add, tfs, norms))
         deque(map(acc.__setitem__, rel, map(add, map(acc.__getitem__, rel), gains)), maxlen=0)
+        left -= weight
+        if not only_scored and left > 0 and left < max(acc) and left < _floor(acc, top):
+            only_scored = True
     docs = list(compress(range(len(acc)), acc))  # those that scored
     scores = list(map(acc.__getitem__, docs))
     if len(scores) > top:  # only what reaches the top is sorted with its document

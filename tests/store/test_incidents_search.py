@@ -3,10 +3,12 @@ and records of channels the reader may not see never come back."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import redis.asyncio as aioredis
 
-from bot.store.incident_index import query_terms, tokens
+from bot.store.incident_index import LENGTH_OF_BYTE, bm25, idf, query_terms, tokens
 from bot.store.incidents import Incidents
 from bot.store.keys import Keys
 
@@ -98,3 +100,41 @@ def test_hostnames_are_one_term_and_their_parts() -> None:
     assert asked.ranked({"web-03": "", "web": "p2", "03": "p3", "slow": "p4"}) == [
         "", "p2", "p3", "p4",
     ]  # fmt: skip
+
+
+def _plain_bm25(
+    packed: list[str], lens: str, lo: int, avg: float, top: int
+) -> list[tuple[int, float]]:
+    """BM25 the slow, obvious way (every posting of every term), for comparison."""
+    length_bytes, n_docs = bytes.fromhex(lens), len(lens) // 2 + lo
+    scores: dict[int, float] = {}
+    for one in packed:
+        postings = [
+            (int(one[i : i + 6], 16), int(one[i + 6 : i + 8], 16)) for i in range(0, len(one), 8)
+        ]
+        postings = [(doc, tf) for doc, tf in postings if doc >= lo]
+        weight = idf(n_docs, len(postings)) * 2.2 if postings else 0.0
+        for doc, tf in postings:
+            if length_bytes[doc - lo]:
+                norm = 1.2 * (0.25 + 0.75 * LENGTH_OF_BYTE[length_bytes[doc - lo]] / avg)
+                scores[doc] = scores.get(doc, 0.0) + weight * tf / (tf + norm)
+    best = sorted(((score, doc) for doc, score in scores.items()), reverse=True)[:top]
+    return [(doc, score) for score, doc in best]
+
+
+def test_ranking_skips_no_record_that_belongs_in_the_top() -> None:
+    rng = random.Random(5)
+    for _ in range(60):
+        n_docs, lo = rng.randint(50, 2_000), rng.randint(0, 20)
+        lens = "".join(
+            f"{0 if rng.random() < 0.02 else rng.randint(1, 255):02x}" for _ in range(n_docs - lo)
+        )
+        packed = []
+        for _ in range(rng.randint(1, 6)):
+            docs = sorted(rng.sample(range(n_docs), rng.randint(1, n_docs)))
+            packed.append("".join(f"{d:06x}{rng.choice([1, 1, 1, 2, 3, 7]):02x}" for d in docs))
+        avg, top = rng.uniform(20, 200), rng.choice([5, 50, 200])
+        got = bm25(packed, lens, lo=lo, n_docs=n_docs, avg_length=avg, top=top)
+        wanted = _plain_bm25(packed, lens, lo, avg, top)
+        assert [doc for doc, _ in got] == [doc for doc, _ in wanted]
+        assert [score for _, score in got] == pytest.approx([score for _, score in wanted])
