@@ -62,6 +62,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/redact.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/slack_ack.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/alerts.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/knowledge.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/slack_calls.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_host_http.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_prometheus.py

@@ -61,6 +61,7 @@ from bot.slack.alert_webhook import AlertWebhook
 from bot.slack.app import Messages, bolt_app
 from bot.slack.assistant import PaneConfig
 from bot.slack.audit_channel import AuditChannel
+from bot.slack.channels import ChannelDirectory
 from bot.slack.client import ScrubbingWebClient
 from bot.slack.identity import BotIdentity
 from bot.slack.names import Names
@@ -82,12 +83,15 @@ from bot.turns.audit import AuditPublisher
 from bot.turns.background import Tasks
 from bot.turns.cards import Cards
 from bot.turns.controls import Controls
+from bot.turns.knowledge import Knowledge, Workspace
 from bot.turns.parts import Turns
 from bot.turns.receive import Receiver
 from bot.turns.run import JobRunner, RunnerParts, TurnSettings, process_name
 from bot.turns.scanner import Scanner
 from bot.turns.spend import WorkspaceSpend
+from tools.netpolicy import AddressPolicy
 from tools.packs import PackConfig
+from tools.page_text import PageReader
 from tools.registry import Catalog, open_catalog
 
 log = logging.getLogger(__name__)
@@ -126,7 +130,7 @@ def build_turns(
     cards = Cards(stores, parts.get("notifier"))
     return Turns(
         stores=stores,
-        receiver=Receiver(stores, settings.limits),
+        receiver=Receiver(stores, settings.limits, knowledge=parts.get("knowledge")),
         runner=JobRunner(stores=stores, settings=settings, cards=cards, **parts),
         cards=cards,
         controls=Controls(stores.approvals, stores.jobs),
@@ -151,6 +155,7 @@ def alert_desk(
     routes = configured(bot.alerts_file, bot.alerts_channel) or Routes()
     rate = JobRate(stores.redis, stores.keys, per_hour=bot.alert_investigations_per_hour)
     return AlertDesk(
+        knowledge=turns.runner.knowledge,
         stores=stores,
         groups=stores.alert_groups,
         routes=routes,
@@ -162,6 +167,34 @@ def alert_desk(
         schedule=schedule,
         owner=process_name(),
         on_investigation=lambda outcome: metrics.alert_investigations.labels(outcome=outcome).inc(),
+    )
+
+
+def team_knowledge(
+    bot: BotSettings, tools: ToolSettings, stores: Stores, workspace: Workspace | None
+) -> Knowledge:
+    """The team's knowledge (``bot.turns.knowledge``): the runbooks folder when
+    ``OPSLOOP_RUNBOOKS`` is set, pages outside it under ``OPSLOOP_HTTP_ALLOW``'s policy, the
+    incident records kept ``OPSLOOP_INCIDENT_RETENTION_DAYS``, channel privacy from Slack."""
+    runbooks = None
+    if bot.runbooks_dir:
+        from bot.knowledge.runbooks import Runbooks  # noqa: PLC0415 (only when set)
+
+        runbooks = Runbooks(Path(bot.runbooks_dir), base_url=bot.runbooks_url)
+        summary = runbooks.summary()
+        log.info(
+            "runbooks: %d files, %d sections from %s",
+            summary.files,
+            summary.sections,
+            bot.runbooks_dir,
+        )
+    return Knowledge(
+        incidents=stores.incidents,
+        retention_s=bot.incident_retention_days * 86400.0,
+        runbooks=runbooks,
+        pages=PageReader(AddressPolicy.from_setting(tools.http_allow)),
+        workspace=workspace,
+        alert_groups=stores.alert_groups,
     )
 
 
@@ -328,8 +361,10 @@ class Service:
             caps=caps,
             admission=job_admission(redis, keys, bot, caps=caps),
         )
+        knowledge = team_knowledge(bot, tools, stores, ChannelDirectory(client))
         turns = build_turns(
             stores,
+            knowledge=knowledge,
             resolver=resolver,
             catalog=catalog,
             system_prompt=prompt,

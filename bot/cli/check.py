@@ -154,6 +154,31 @@ def check_alerts(bot: BotSettings) -> list[Verdict]:
     ]
 
 
+def check_runbooks(bot: BotSettings) -> list[Verdict]:
+    """``OPSLOOP_RUNBOOKS``: how many runbooks and sections are indexed, which alert names
+    they cover, and every file skipped (named with its line)."""
+    if not bot.runbooks_dir:
+        return []
+    from bot.knowledge.runbooks import Runbooks  # noqa: PLC0415 (only when set)
+
+    root = Path(bot.runbooks_dir)
+    if not root.is_dir():
+        return [fail("runbooks", f"OPSLOOP_RUNBOOKS={bot.runbooks_dir}: not a directory")]
+    summary = Runbooks(root, base_url=bot.runbooks_url).summary()
+    alerts = ", ".join(summary.alerts) if summary.alerts else "none"
+    found = [
+        (ok if summary.files else warn)(
+            "runbooks",
+            f"{summary.files} runbook{'s' * (summary.files != 1)}, {summary.sections} "
+            f"section{'s' * (summary.sections != 1)} indexed from {root}; alerts covered: {alerts}",
+        )
+    ]
+    for skipped in summary.skipped:
+        where = f"{skipped[0]}:{skipped[1]}" if skipped[1] else str(skipped[0])
+        found.append(warn("runbooks", f"{where}: skipped: {skipped[2]}"))
+    return found
+
+
 MIN_REDIS = (7, 0)
 NEEDS_REDIS = "opsloop needs Redis 7.0 or newer (Stop travels by sharded pub/sub, SPUBLISH)"
 
@@ -429,6 +454,7 @@ async def run(config: Config, emit: Callable[[str], None]) -> int:
     groups: list[Awaitable[list[Verdict]]] = [
         _now(check_settings(config)),
         _now(check_alerts(config.bot)),
+        _now(check_runbooks(config.bot)),
         check_redis(RedisTarget.of(config.bot)),
         check_slack(config),
         check_models(config, config.chain),

@@ -37,6 +37,7 @@ from bot.store.cli_calls import CliCalls
 from bot.store.connection import translated
 from bot.store.held import HeldMessages
 from bot.store.history import RedisHistory
+from bot.store.incidents import Incidents
 from bot.store.inject import InjectReader
 from bot.store.jobs import Jobs
 from bot.store.keys import Keys
@@ -82,6 +83,7 @@ class Stores:
     assistant_threads: AssistantThreads  # the assistant pane's threads (their context)
     cli_calls: CliCalls  # changes run by ``opsloop tools run``, on the record
     alert_groups: AlertGroups  # the alert groups the webhook received (``bot.store.alerts``)
+    incidents: Incidents  # every ended job's incident record, searchable (``bot.store.incidents``)
     # The workspace's daily caps (OPSLOOP_DAILY_TOKEN_BUDGET / _COST_USD); None: none set.
     caps: DailyCaps | None = None
     # The ack path's gate of new jobs (the caps, OPSLOOP_JOBS_PER_USER_HOUR); None: off.
@@ -119,6 +121,7 @@ class Stores:
             assistant_threads=AssistantThreads(redis, keys),
             cli_calls=CliCalls(redis, keys),
             alert_groups=AlertGroups(redis, keys, replication=replication),
+            incidents=Incidents(redis, keys),
             caps=caps,
             admission=admission,
         )

@@ -46,6 +46,7 @@ from bot.store.keys import Thread
 from bot.store.parts import Stores
 from bot.store.quota import CapReached, JobAdmission, RateLimited
 from bot.turns.admission import NotAdmitted
+from bot.turns.knowledge import Knowledge, alert_meta
 from bot.turns.receive import Receiver
 from bot.turns.run import READ_ONLY_META
 
@@ -143,6 +144,8 @@ class AlertDesk:
     owner: str
     on_investigation: Callable[[InvestigationOutcome], None] | None = None
     now: Callable[[], float] = time.time
+    # The alert's runbook and earlier incidents, in the job's first request; None: none.
+    knowledge: Knowledge | None = None
 
     # -- the ack path --------------------------------------------------------------
 
@@ -256,13 +259,23 @@ class AlertDesk:
             return STORM_NOTE.format(n=verdict.jobs)
         return None
 
+    async def request(self, notification: Notification, channel: str) -> str:
+        """An alert job's request: the alert, then its runbook and earlier incidents."""
+        text = request_text(notification)
+        if self.knowledge is None:
+            return text
+        known = await self.knowledge.alert_context(notification, channel)
+        return f"{text}\n\n{known}" if known else text
+
     async def _start(self, group: AlertGroup, thread: Thread, notification: Notification) -> None:
-        meta = {READ_ONLY_META: "1"} if group.investigate == "read_only" else None
+        meta = alert_meta(notification)
+        if group.investigate == "read_only":
+            meta[READ_ONLY_META] = "1"
         receipt = await self.stores.receipts.receive(
             thread,
             ts=thread.thread_ts,
             user=ALERTMANAGER,
-            text=request_text(notification),
+            text=await self.request(notification, thread.channel),
             limits=self.limits,
             meta=meta,
         )
@@ -283,13 +296,17 @@ class AlertDesk:
         group = await self.groups.get(parsed[0]) if parsed is not None else None
         if parsed is None or group is None or group.episode != parsed[1] or not group.thread_ts:
             return Investigation("gone")
-        text = (
-            request_text(from_json(group.notification))
-            if group.notification
-            else f"Investigate the alert {group.name} posted at the top of this thread."
-        )
         thread = Thread(group.channel, group.thread_ts)
-        receipt = await self.receiver.receive(thread, ts=thread.thread_ts, user=user, text=text)
+        meta: dict[str, str] = {}
+        if group.notification:
+            notification = from_json(group.notification)
+            text = await self.request(notification, group.channel)
+            meta = alert_meta(notification)
+        else:
+            text = f"Investigate the alert {group.name} posted at the top of this thread."
+        receipt = await self.receiver.receive(
+            thread, ts=thread.thread_ts, user=user, text=text, meta=meta
+        )
         if isinstance(receipt, NotAdmitted):
             return Investigation("not_admitted", refusal=receipt)
         if receipt.job_id is None:

@@ -31,7 +31,8 @@ from bot.store.keys import Thread
 from bot.store.parts import Stores
 from bot.store.receipt import Receipt
 from bot.turns.admission import Gate, NotAdmitted
-from bot.turns.context import ThreadContext, context_first
+from bot.turns.context import ContextWindow, ThreadContext, context_first
+from bot.turns.knowledge import Knowledge
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,9 @@ class Receiver:
 
     stores: Stores
     limits: JobLimits  # a new job's limits (OPSLOOP_MAX_ITERATIONS, ...)
+    # The alert's runbook and earlier incidents, read with the context of the first job a
+    # person starts in an alert's thread (``Knowledge.thread_context``); None: not read.
+    knowledge: Knowledge | None = None
 
     async def receive(
         self,
@@ -50,10 +54,13 @@ class Receiver:
         text: str,
         reply: bool = False,
         context: ThreadContext | None = None,
+        meta: dict[str, str] | None = None,
     ) -> Receipt | NotAdmitted:
         """Admit, read the thread's context first when due, persist, index (see the
         module docstring). Without a gate (``Stores.admission`` off) every message is
         admitted."""
+        if context is not None and self.knowledge is not None:
+            context = self._with_knowledge(thread, context, self.knowledge)
         admission = self.stores.admission
         if admission is not None and admission.active:
             gate = Gate(admission, user, thread, ts)
@@ -65,7 +72,20 @@ class Receiver:
                 return refused
         elif context is not None:
             await self._context_first(thread, ts, reply, context)
-        return await self._persist(thread, ts=ts, user=user, text=text, reply=reply)
+        return await self._persist(thread, ts=ts, user=user, text=text, reply=reply, meta=meta)
+
+    @staticmethod
+    def _with_knowledge(
+        thread: Thread, context: ThreadContext, knowledge: Knowledge
+    ) -> ThreadContext:
+        async def read(window: ContextWindow) -> str | None:
+            text = await context(window)
+            if window.after is not None:  # a later job: the first one read it
+                return text
+            extra = await knowledge.thread_context(thread)
+            return "\n\n".join(t for t in (text, extra) if t) or None
+
+        return read
 
     async def _context_first(
         self, thread: Thread, ts: str, reply: bool, context: ThreadContext
@@ -76,11 +96,24 @@ class Receiver:
         )
 
     async def _persist(
-        self, thread: Thread, *, ts: str, user: str, text: str, reply: bool
+        self,
+        thread: Thread,
+        *,
+        ts: str,
+        user: str,
+        text: str,
+        reply: bool,
+        meta: dict[str, str] | None = None,
     ) -> Receipt:
         stores = self.stores
         receipt = await stores.receipts.receive(
-            thread, ts=ts, user=user, text=text, limits=self.limits, needs_conversation=reply
+            thread,
+            ts=ts,
+            user=user,
+            text=text,
+            limits=self.limits,
+            needs_conversation=reply,
+            meta=meta or None,
         )
         if receipt.needs_run and receipt.job_id is not None:
             await stores.jobs.index(receipt.job_id, time.time())

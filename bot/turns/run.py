@@ -62,6 +62,7 @@ from bot.turns.claims import PatientLedger
 from bot.turns.controls import stopped_by
 from bot.turns.ending import report_unknown_outcomes, save_end, settle_delivery
 from bot.turns.facts import job_facts
+from bot.turns.knowledge import Knowledge
 from bot.turns.ports import JobSink, Notifier
 from tools.registry import Catalog
 
@@ -119,6 +120,7 @@ class RunnerParts(TypedDict, total=False):
     tracing: Tracing | None
     pricing: Pricing | None
     spend: Spend | None
+    knowledge: Knowledge | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,9 @@ class JobRunner:
     # The workspace's daily caps every model call draws from (``bot.turns.spend``); None:
     # no cap.
     spend: Spend | None = None
+    # The team's knowledge (``bot.turns.knowledge``): the runbook and past-incident tools
+    # every job gets, and the incident record each ended job leaves; None: neither.
+    knowledge: Knowledge | None = None
     # Told a job's run is over (ended, paused, handed over or failed) before its ending
     # is shown in Slack, which may wait on the chat.update budget (``bot.turns.background``:
     # the job's slot frees then).
@@ -291,7 +296,13 @@ class JobRunner:
             record = await report_unknown_outcomes(self.stores, self.notifier, record)
             trace = TraceRecorder(record.id)
             spans: RunTrace | None = None
-            tools = with_read_artifact(job_tools(self.catalog, record), self.stores.artifacts)
+            offered = job_tools(self.catalog, record)
+            if self.knowledge is not None:  # not the channel's allowlist: the team's knowledge
+                taken = {t.name for t in offered}
+                offered += [
+                    t for t in self.knowledge.tools_for(record.channel) if t.name not in taken
+                ]
+            tools = with_read_artifact(offered, self.stores.artifacts)
             if self.tracing is not None:  # this run's span context goes into ``meta``
                 spans = self.tracing.run(record, this.decision, tools)
                 record = spans.record
@@ -394,8 +405,19 @@ class JobRunner:
         finally:
             if self.running.get(record.id) is this.token:
                 del self.running[record.id]
-        if JobStatus.of(result.stop_reason).final and follow is None:  # ended by ``finish``
+        ended = JobStatus.of(result.stop_reason).final
+        if ended and follow is None:  # ended by ``finish``
             await settle_delivery(self.stores, record.id, this.reporter)
+        if ended and self.knowledge is not None:  # the incident record, after the ending
+            final = session.record.model_copy(
+                update={
+                    "progress": result.state,
+                    "stop_reason": result.stop_reason.value,
+                    "error": result.error,
+                    "output": result.output,
+                }
+            )
+            await self.knowledge.record_end(self.stores, final, this.history.originals)
         return result, follow
 
     async def _confirm(self, request: ConfirmRequest, record: JobRecord) -> Decision:
