@@ -70,6 +70,7 @@ HTTP_TIMEOUT_S = 5.0  # Slack, each model endpoint, each pack backend
 PROBE_TIMEOUT_S = 10.0  # a pack's own probe (it bounds its own requests more tightly)
 ANTHROPIC_LIST_LIMIT = 1000  # the API's largest page: one request sees every model
 BODY_CHARS = 160  # of a backend's answer quoted in a FAIL line
+MAX_SKIPPED_SHOWN = 5  # runbook files named in the runbooks line
 APP_HINT = "xapp-: Socket Mode needs an app-level token with connections:write"
 
 
@@ -166,17 +167,19 @@ def check_runbooks(bot: BotSettings) -> list[Verdict]:
         return [fail("runbooks", f"OPSLOOP_RUNBOOKS={bot.runbooks_dir}: not a directory")]
     summary = Runbooks(root, base_url=bot.runbooks_url).summary()
     alerts = ", ".join(summary.alerts) if summary.alerts else "none"
-    found = [
-        (ok if summary.files else warn)(
-            "runbooks",
-            f"{summary.files} runbook{'s' * (summary.files != 1)}, {summary.sections} "
-            f"section{'s' * (summary.sections != 1)} indexed from {root}; alerts covered: {alerts}",
-        )
-    ]
-    for skipped in summary.skipped:
-        where = f"{skipped[0]}:{skipped[1]}" if skipped[1] else str(skipped[0])
-        found.append(warn("runbooks", f"{where}: skipped: {skipped[2]}"))
-    return found
+    detail = (
+        f"{summary.files} runbook{'s' * (summary.files != 1)}, {summary.sections} "
+        f"section{'s' * (summary.sections != 1)} indexed from {root}; alerts covered: {alerts}"
+    )
+    if summary.skipped:
+        shown = [
+            f"{path}:{line} ({reason})" if line else f"{path} ({reason})"
+            for path, line, reason in summary.skipped[:MAX_SKIPPED_SHOWN]
+        ]
+        more = len(summary.skipped) - len(shown)
+        detail += "; skipped " + "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    good = summary.files and not summary.skipped
+    return [(ok if good else warn)("runbooks", detail)]
 
 
 MIN_REDIS = (7, 0)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ from tools.base import tool
 from tools.page_text import PageReader
 
 log = logging.getLogger(__name__)
+
+_AUTHOR = re.compile(r"^<@[A-Z0-9]+>: ")  # how the history names a message's author
 
 EARLIER = 3  # earlier incidents with the same alert name in an alert job's first request
 RUNBOOK_CHARS = 8_000
@@ -103,14 +106,15 @@ def _arguments(arguments: dict[str, object]) -> str:
 
 
 def request_of(record: JobRecord, originals: Sequence[AnyMessage]) -> str:
-    """The text of the message that started the job (its first, when none is named)."""
+    """The text of the message that started the job (its first, when none is named),
+    without the author the history writes before it."""
     first: str | None = None
     for message in originals:
         if isinstance(message, UserMessage) and message.source_id:
             if message.source_id == record.request_ts:
-                return str(message.content)
+                return _AUTHOR.sub("", str(message.content), count=1)
             first = first if first is not None else str(message.content)
-    return first or ""
+    return _AUTHOR.sub("", first or "", count=1)
 
 
 def incident_of(

@@ -513,3 +513,31 @@ async def test_alert_routes_are_read_and_every_mistake_named_by_line(
     no_routes = environment(slack, redis_server, model, OPSLOOP_ALERTS_TOKEN=token)
     checked = await opsloop_check(no_routes, cwd=tmp_path)
     assert checked.code == 1 and "no OPSLOOP_ALERTS or" in checked.line("alerts"), checked
+
+
+async def test_runbooks_are_counted_with_the_alerts_they_cover_and_skipped_files_named(
+    slack: FakeSlack, redis_server: ManagedRedis, model: ScriptedModel, tmp_path: Path
+) -> None:
+    folder = tmp_path / "runbooks"
+    (folder / "web").mkdir(parents=True)
+    (folder / "web" / "errors.md").write_text(
+        "---\ntitle: Web errors\nalerts: [WebErrorRateHigh, Web5xx]\n---\n# Web errors\n\n"
+        "## Triage\n1. Check health.\n\n## Restart\n1. Propose it.\n"
+    )
+    (folder / "disk.md").write_text("---\nalerts: [DiskFull]\n---\n# Disk\n\n## Free space\n")
+    (folder / "broken.md").write_text("---\ntitle: [unclosed\n---\n# Broken\n")
+    env = environment(slack, redis_server, model, OPSLOOP_RUNBOOKS=str(folder))
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.code == 0, checked
+    line = checked.line("runbooks")
+    assert line.startswith(
+        f"warn  runbooks: 2 runbooks, 5 sections indexed from {folder}; alerts covered: "
+        "DiskFull, Web5xx, WebErrorRateHigh; skipped broken.md:3 (front matter is not valid YAML"
+    ), line
+    (folder / "broken.md").unlink()
+    checked = await opsloop_check(env, cwd=tmp_path)
+    assert checked.line("runbooks").startswith("ok    runbooks: 2 runbooks"), checked
+
+    missing = environment(slack, redis_server, model, OPSLOOP_RUNBOOKS=str(tmp_path / "none"))
+    checked = await opsloop_check(missing, cwd=tmp_path)
+    assert checked.code == 1 and "not a directory" in checked.line("runbooks"), checked

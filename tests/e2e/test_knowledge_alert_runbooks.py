@@ -23,7 +23,7 @@ from bot.emulator.slack import FakeSlack
 
 from .alerts_kit import CHANNEL, TOKEN, notification, post_alert, roots
 from .conftest import StartBot
-from .harness import ScriptedModel
+from .harness import ScriptedModel, mention, seed
 
 RUNBOOKS_URL = "https://runbooks.example.com/ops/"
 CPU_RUNBOOK = """\
@@ -216,3 +216,26 @@ async def test_an_alert_that_fired_before_starts_with_its_earlier_incident(
     assert f"Earlier incidents with the alert {name}" in second
     assert "backup.sh took all the CPU" in second
     assert json.dumps(model.requests[0].messages).count("Earlier incidents") == 0
+
+
+async def test_a_person_asking_in_an_alerts_thread_gets_its_runbook_too(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
+) -> None:
+    model.policy = answer_each  # type: ignore[assignment]
+    serve = await bot(
+        OPSLOOP_ALERTS_TOKEN=TOKEN,
+        OPSLOOP_ALERTS_CHANNEL=CHANNEL,
+        OPSLOOP_ALERT_INVESTIGATIONS_PER_HOUR="0",  # the alert is posted, nobody starts a job
+        OPSLOOP_RUNBOOKS=str(runbooks(tmp_path)),
+    )
+    assert (await post_alert(serve, alert("HostCPUHigh")))[0] == 200
+    await slack.wait_for(lambda: len(roots(slack)) == 1, timeout=30)
+    [root] = roots(slack)
+    event = mention(CHANNEL, "U1", "what is going on here?", thread_ts=root.ts)
+    seed(slack, event)
+    assert (await serve.send(event))[0] == 200
+    await model.wait_for(lambda requests: len(requests) >= 1, timeout=30)
+    first = json.dumps([m for m in model.requests[0].messages if m.get("role") != "system"])
+    assert "This thread is about the alert HostCPUHigh" in first
+    assert "hosts/cpu.md" in first and "Run host_top_processes on the instance" in first
+    assert first.index("HostCPUHigh") < first.index("what is going on here?")
