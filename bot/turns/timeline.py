@@ -20,8 +20,8 @@ The same fact often sits in two sources (an approval is in the audit log, its re
 the trace): each fact has one key, and the first source that names it wins, the audit log
 first (it says who). Every text is scrubbed (``redact_secrets``) and cut to one line.
 
-``parse_thread_ref`` reads what a person gives to name a thread (a Slack link, ``C:TS``, a
-job id) strictly, since it becomes Redis keys.
+``parse_thread_ref`` (``bot.turns.thread_refs``, re-exported) reads what a person gives to
+name a thread (a Slack link, ``C:TS``, a job id) strictly, since it becomes Redis keys.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from pydantic import ValidationError
 
@@ -59,6 +58,7 @@ from bot.store.trace import (
     read_trace,
 )
 from bot.turns.run import READ_ONLY_META
+from bot.turns.thread_refs import is_message_link, parse_thread_ref
 
 __all__ = ["Timeline", "incident_timeline", "is_message_link", "parse_thread_ref"]
 
@@ -68,64 +68,6 @@ ARGS_CHARS = 120  # a call's arguments in one event's text
 AUDIT_MARGIN_S = 3_600.0  # audit entries read from this long before the thread's root
 BOT = ACTOR_BOT  # "opsloop"
 RESOLVE_POST_S = 600.0  # the update of a group's resolution is posted within this
-
-# -- the thread a person names ----------------------------------------------------------
-
-_CHANNEL = r"[CDG][A-Z0-9]{1,20}"
-_TS = r"\d{9,10}\.\d{6}"
-_THREAD = re.compile(rf"(?P<channel>{_CHANNEL}):(?P<ts>{_TS})(?::j(?P<n>[1-9]\d{{0,5}}))?")
-_LINK_PATH = re.compile(rf"/archives/(?P<channel>{_CHANNEL})/p(?P<digits>\d{{15,16}})/?")
-_SLACK_HOST = re.compile(r"([a-z0-9-]+\.)*(slack|slack-gov)\.com")
-MAX_REF_CHARS = 500
-REF_FORMS = (
-    "a Slack message link (https://…slack.com/archives/C123/p1700000000000100), "
-    "a thread (C123:1700000000.000100) or a job id (C123:1700000000.000100:j3)"
-)
-
-
-def parse_thread_ref(ref: str) -> Thread:
-    """The thread ``ref`` names: a Slack message link (with or without
-    ``?thread_ts=…&cid=…``), ``CHANNEL:TS``, or a job id ``CHANNEL:TS:jN``. Anything else
-    raises ``ValueError`` saying what is accepted.
-
-    A link to a reply inside a thread carries ``thread_ts`` when copied from Slack's
-    "Copy link"; one without it names the message itself, taken as the thread's root
-    (``is_message_link`` tells the caller, to say so when nothing is found)."""
-    text = ref.strip()
-    if not text or len(ref) > MAX_REF_CHARS:
-        raise ValueError(f"give {REF_FORMS}")
-    if found := _THREAD.fullmatch(text):
-        return Thread(found["channel"], found["ts"])
-    parts = urlsplit(text)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise ValueError(f"cannot read {text[:200]!r}: give {REF_FORMS}")
-    if not _SLACK_HOST.fullmatch(parts.hostname) or parts.fragment:
-        raise ValueError(f"{text[:200]!r} is not a Slack message link: give {REF_FORMS}")
-    path = _LINK_PATH.fullmatch(parts.path)
-    if path is None:
-        raise ValueError(
-            f"{text[:200]!r} is not a link to a message (…/archives/C123/p1700000000000100): "
-            f"give {REF_FORMS}"
-        )
-    channel, digits = path["channel"], path["digits"]
-    query = parse_qs(parts.query, keep_blank_values=True)
-    unknown = set(query) - {"thread_ts", "cid"}
-    if unknown or any(len(values) != 1 for values in query.values()):
-        raise ValueError(f"the link's query {parts.query[:200]!r} is not Slack's: give {REF_FORMS}")
-    if "cid" in query and query["cid"][0] != channel:
-        raise ValueError(f"the link's cid {query['cid'][0][:40]!r} is not its channel {channel}")
-    thread_ts = query.get("thread_ts", [f"{digits[:-6]}.{digits[-6:]}"])[0]
-    if not re.fullmatch(_TS, thread_ts):
-        raise ValueError(f"the link's thread_ts {thread_ts[:40]!r} is not a Slack timestamp")
-    return Thread(channel, thread_ts)
-
-
-def is_message_link(ref: str) -> bool:
-    """Whether ``ref`` is a link to a message without ``thread_ts``: if that message is a
-    reply, its thread is not known from the link (the thread's root is needed)."""
-    parts = urlsplit(ref.strip())
-    return parts.scheme in ("https", "http") and "thread_ts" not in parse_qs(parts.query)
-
 
 # -- reading --------------------------------------------------------------------------
 
