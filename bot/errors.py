@@ -20,6 +20,8 @@
     ├── ChatError              the Slack Web API failed
     ├── ToolError              a tool failed; its message becomes the ``Error: …`` result
     │   ├── SupervisorFault    tools/packs/supervisor_rpc.py: a fault supervisord answered
+    │   ├── PageRefused        tools/page_text.py: a runbook page the http policy does not
+    │   │                      let opsloop read (nothing was sent)
     │   └── McpDown            tools/mcp/connection.py: an MCP server is unreachable, hung
     │       │                  or broke the protocol
     │       └── Misconfigured  tools/mcp/load.py: cannot start as configured; not retried

@@ -95,15 +95,16 @@ async def test_a_correction_mid_turn_is_taken_in_and_acknowledged(browser: Any, 
     )
     await page.fill('[data-testid="thread-composer"]', "don't restart, show me the logs first")
     await page.click('[data-testid="thread-send"]')
-
-    await act_as(page, "UBOB")
-    await page.locator(f'{THREAD} [data-testid="button"][data-label="Deny"]').click()
+    # Heard while the card waits (👀), before anyone decides: the next step takes it in.
     correction = page.locator(
         f'{THREAD} [data-testid="message"]:has-text("show me the logs first")'
     )
     await correction.locator('[data-testid="reaction"][data-name="eyes"]').wait_for(
         timeout=TIMEOUT_MS
     )
+
+    await act_as(page, "UBOB")
+    await page.locator(f'{THREAD} [data-testid="button"][data-label="Deny"]').click()
     await page.wait_for_selector(bot_text(page, "Denied by"), timeout=TIMEOUT_MS)
     await page.screenshot(path=screenshot_path("correction"))
 

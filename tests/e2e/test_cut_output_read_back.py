@@ -85,7 +85,7 @@ async def test_the_model_reads_the_errors_of_a_cut_log(
     assert read[1:] == [f"{n}: {n:05d} ERROR 502 from upstream api-2" for n in ERRORS]
     # Offered from the first request, before anything was cut; the tools block is fixed.
     names = [t["function"]["name"] for t in first.tools]
-    assert sorted(names) == ["read_artifact", "web_log"]
+    assert sorted(names) == ["read_artifact", "search_past_incidents", "web_log"]
     assert first.tools == second.tools == third.tools
 
     async def counted() -> bool:  # the one tool path: metrics like every tool run

@@ -29,12 +29,12 @@ async def test_the_token_budget_ends_the_job_with_its_code(
     def spend(request: ScriptedRequest) -> Reply:
         n = request.tool_results()
         call = ScriptedCall("check_host", {"host": f"web-{n}"})
-        return Reply(tool_calls=[call], prompt_tokens=600, completion_tokens=10)
+        return Reply(tool_calls=[call], prompt_tokens=1500, completion_tokens=10)
 
     model.policy = spend  # type: ignore[assignment]
     serve = await bot(
         OPSLOOP_TOOLS=tools_file(tmp_path),
-        OPSLOOP_TOKEN_BUDGET="1000",
+        OPSLOOP_TOKEN_BUDGET="2000",
         OPSLOOP_MAX_OUTPUT_TOKENS="50",
     )
     event = mention("C1", "U1", "check the fleet")
