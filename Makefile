@@ -6,7 +6,7 @@ STAMP := .opsloop/setup.stamp
 UV_VERSION := 0.13.9
 UV := $(PYTHON) -m uv
 
-.PHONY: setup run test lint bench lock check-lock clean
+.PHONY: setup run test test-store-cluster test-store-sentinel lint bench lock check-lock clean
 
 $(STAMP): pyproject.toml requirements.lock scripts/system-deps scripts/mcp-test-servers scripts/debian-kubectl
 	scripts/system-deps
@@ -41,12 +41,15 @@ run: setup
 # picks free ports and its own folders, and each worker starts its own Redis servers.
 TEST_WORKERS ?= 4
 
-# The store's tests on a real Redis Cluster and on Sentinel first, then everything on a
-# standalone Redis, ending with the 15 slowest tests.
+# The store's tests on a real Redis Cluster and on Sentinel first, side by side (both spend
+# much of their time waiting on their topology; each run's output is printed whole when it
+# ends), then everything on a standalone Redis, ending with the 15 slowest tests.
 test: setup
-	OPSLOOP_TEST_REDIS=cluster $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/store
-	OPSLOOP_TEST_REDIS=sentinel $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/store
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-store-cluster test-store-sentinel
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
+
+test-store-cluster test-store-sentinel: setup
+	OPSLOOP_TEST_REDIS=$(@:test-store-%=%) $(PYTHON) -m pytest -q -n 2 --dist loadgroup tests/store
 
 lint: setup
 	$(PYTHON) -m ruff check bot tools tests benchmarks
