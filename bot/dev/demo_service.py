@@ -5,15 +5,16 @@
     python -m bot.dev.demo_service metrics --dir STATE_DIR
     python -m bot.dev.demo_service status --dir STATE_DIR
 
-``serve`` answers ``GET /`` (a line of text), ``GET /health`` and ``GET /metrics`` (JSON)
-on 127.0.0.1. It is healthy for ``--healthy-for`` seconds, then degraded until it stops:
-``/`` and ``/health`` take 1.5–2.5 s and about 30 % of them answer 500, and a background
-thread burns about 60 % of one core in short slices. A fresh process starts healthy, so
-a restart "fixes" it. A built-in client sends it a few requests a second, so its metrics
-and log have traffic to show. Its metrics describe the state it is in: the requests that
-finished since it began (start or degradation), at most the last minute (``window_s``);
-with none, the rates are null, not 0. It writes ``web.pid``, ``web.json`` (its arguments, which
-``restart`` reuses), ``web.log`` (rotated at 1 MiB) and ``web.err`` (its stderr) in
+``serve`` answers ``GET /`` (a line of text), ``GET /health`` and ``GET /metrics`` (JSON) on
+127.0.0.1. It is healthy for ``--healthy-for`` seconds, then degraded until it stops: ``/``
+and ``/health`` take 1.5–2.5 s and about 30 % of them answer 500, and a background thread
+burns about 60 % of one core in short slices (``--cpu-share``; ``OPSLOOP_DEV_DEMO_CPU`` for
+the processes ``start_service`` starts, kept across restarts). A fresh process starts
+healthy, so a restart "fixes" it. A built-in client sends it a few requests a second, so its
+metrics and log have traffic to show. Its metrics describe the state it is in: the requests
+that finished since it began (start or degradation), at most the last minute (``window_s``);
+with none, the rates are null, not 0. It writes ``web.pid``, ``web.json`` (its arguments,
+which ``restart`` reuses), ``web.log`` (rotated at 1 MiB) and ``web.err`` (its stderr) in
 STATE_DIR, and nothing anywhere else.
 
 ``restart`` and ``metrics`` are what the demo tools run (``metrics`` prints
@@ -41,13 +42,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bot.dev.demo_web import (
     ARGSFILE,
+    DEFAULT_CPU_SHARE,
     ERRFILE,
     HOST,
     LOGFILE,
@@ -60,6 +62,7 @@ from bot.dev.demo_web import (
 from bot.errors import OpsloopError
 
 MODULE = "bot.dev.demo_service"
+CPU_SETTING = "OPSLOOP_DEV_DEMO_CPU"
 DEFAULT_HEALTHY_FOR_S = 20.0
 # A restarted process stays healthy at least this long, so the fix can be verified
 # (and seen on the page) even when the first one was told to degrade at once.
@@ -109,12 +112,16 @@ _children: dict[int, tuple[Path, subprocess.Popen[bytes]]] = {}
 
 
 def read_args(state_dir: Path) -> dict[str, Any]:
-    """The arguments the last ``serve`` ran with (``port``, ``healthy_for``)."""
+    """The arguments the last ``serve`` ran with (``port``, ``healthy_for``, ``cpu_share``)."""
     try:
         data = json.loads((state_dir / ARGSFILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise ServiceError(f"no demo service was set up in {state_dir} ({ARGSFILE})") from None
-    return {"port": int(data["port"]), "healthy_for": float(data["healthy_for"])}
+    return {
+        "port": int(data["port"]),
+        "healthy_for": float(data["healthy_for"]),
+        "cpu_share": float(data.get("cpu_share", DEFAULT_CPU_SHARE)),
+    }
 
 
 def service_port(state_dir: Path) -> int:
@@ -192,10 +199,23 @@ def child_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _spawn(state_dir: Path, port: int, healthy_for: float) -> subprocess.Popen[bytes]:
+def cpu_share_setting(environ: Mapping[str, str] | None = None) -> float:
+    """``OPSLOOP_DEV_DEMO_CPU``: the share of one core the degraded service burns (0-0.9,
+    default 0.6; the tests, which run many stacks on two cores, turn it down)."""
+    raw = (os.environ if environ is None else environ).get(CPU_SETTING, "")
+    try:
+        return min(max(float(raw), 0.0), 0.9) if raw.strip() else DEFAULT_CPU_SHARE
+    except ValueError:
+        return DEFAULT_CPU_SHARE
+
+
+def _spawn(
+    state_dir: Path, port: int, healthy_for: float, cpu_share: float
+) -> subprocess.Popen[bytes]:
     """A detached ``serve`` (its own session: it outlives a tool call's process group)."""
     argv = [sys.executable, "-m", MODULE, "serve", "--port", str(port)]
     argv += ["--dir", str(state_dir), "--healthy-for", repr(healthy_for)]
+    argv += ["--cpu-share", repr(cpu_share)]
     with open(state_dir / ERRFILE, "ab") as err:
         proc = subprocess.Popen(
             argv,
@@ -269,7 +289,8 @@ def start_service(state_dir: Path, port: int, healthy_for: float = DEFAULT_HEALT
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     stop_service(state_dir)
-    return _wait_started(_spawn(state_dir, port, healthy_for), state_dir, START_TIMEOUT_S)
+    proc = _spawn(state_dir, port, healthy_for, cpu_share_setting())
+    return _wait_started(proc, state_dir, START_TIMEOUT_S)
 
 
 def stop_service(state_dir: Path) -> None:
@@ -307,7 +328,7 @@ def restart(state_dir: Path) -> Restarted:
     if old is not None:
         _terminate(old)
     healthy_for = max(args["healthy_for"], RESTARTED_HEALTHY_FOR_S)
-    proc = _spawn(state_dir, args["port"], healthy_for)
+    proc = _spawn(state_dir, args["port"], healthy_for, args["cpu_share"])
     new = _wait_started(proc, state_dir, START_TIMEOUT_S)
     try:
         state = str(fetch_metrics(args["port"]).get("state", "unknown"))
@@ -356,6 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_p = sub.add_parser("serve", help="run the service (in the foreground)")
     serve_p.add_argument("--port", type=int, required=True)
     serve_p.add_argument("--healthy-for", type=float, default=DEFAULT_HEALTHY_FOR_S)
+    serve_p.add_argument("--cpu-share", type=float, default=DEFAULT_CPU_SHARE)
     restart_p = sub.add_parser("restart", help="replace the running process with a fresh one")
     restart_p.add_argument(
         "--approved-by",
@@ -369,7 +391,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
-            return serve(port=args.port, state_dir=args.dir, healthy_for=args.healthy_for)
+            return serve(
+                port=args.port,
+                state_dir=args.dir,
+                healthy_for=args.healthy_for,
+                cpu_share=args.cpu_share,
+            )
         if args.command == "restart":
             return _restart_command(args.dir, args.approved_by)
         if args.command == "metrics":

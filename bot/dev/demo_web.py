@@ -38,7 +38,8 @@ PIDFILE, ARGSFILE, LOGFILE, ERRFILE = "web.pid", "web.json", "web.log", "web.err
 
 DEGRADED_LATENCY_S = (1.5, 2.5)
 DEGRADED_ERROR_SHARE = 0.3
-BURN_SLICE_S, BURN_PERIOD_S = 0.006, 0.010  # busy 6 ms of every 10 ms: ~60 % of one core
+BURN_PERIOD_S = 0.010  # the burn runs in 10 ms periods, busy for ``cpu_share`` of each
+DEFAULT_CPU_SHARE = 0.6  # ~60 % of one core while degraded
 TRAFFIC_INTERVAL_S = 0.25  # the built-in client: 4 requests/s
 TRAFFIC_MAX_IN_FLIGHT = 8
 WINDOW_S = 60.0  # metrics are over the last minute
@@ -52,9 +53,12 @@ log = logging.getLogger("web")
 class WebState:
     """What the service knows about itself: its age, its requests of the last minute."""
 
-    def __init__(self, *, port: int, healthy_for: float) -> None:
+    def __init__(
+        self, *, port: int, healthy_for: float, cpu_share: float = DEFAULT_CPU_SHARE
+    ) -> None:
         self.port = port
         self.healthy_for = healthy_for
+        self.cpu_share = min(max(cpu_share, 0.0), 0.9)
         self.started = time.monotonic()
         self.since = self.started  # when the current state began: metrics describe it
         self.requests = 0
@@ -163,9 +167,11 @@ def _percentile(values: Sequence[float], q: float) -> float:
 class WebServer(ThreadingHTTPServer):
     daemon_threads = True  # a stalled request does not hold up the exit
 
-    def __init__(self, port: int, healthy_for: float) -> None:
+    def __init__(self, port: int, healthy_for: float, cpu_share: float = DEFAULT_CPU_SHARE) -> None:
         super().__init__((HOST, port), Handler)
-        self.web = WebState(port=int(self.server_address[1]), healthy_for=healthy_for)
+        self.web = WebState(
+            port=int(self.server_address[1]), healthy_for=healthy_for, cpu_share=cpu_share
+        )
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -213,15 +219,16 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def _burn(web: WebState, stop: threading.Event) -> None:
-    """While degraded, keep one core about 60 % busy, in slices (never more)."""
+    """While degraded, keep one core ``cpu_share`` busy (about 60 %), in slices (never more)."""
+    busy = BURN_PERIOD_S * web.cpu_share
     while not stop.is_set():
-        if not web.degraded:
+        if not web.degraded or busy <= 0:
             stop.wait(0.2)
             continue
-        until = time.perf_counter() + BURN_SLICE_S
+        until = time.perf_counter() + busy
         while time.perf_counter() < until:
             pass
-        stop.wait(BURN_PERIOD_S - BURN_SLICE_S)
+        stop.wait(BURN_PERIOD_S - busy)
 
 
 def _traffic(web: WebState, stop: threading.Event) -> None:
@@ -270,7 +277,9 @@ def _ticker(web: WebState, stop: threading.Event) -> None:
             log.info("%s", summary_line(m))
 
 
-def serve(*, port: int, state_dir: Path, healthy_for: float) -> int:
+def serve(
+    *, port: int, state_dir: Path, healthy_for: float, cpu_share: float = DEFAULT_CPU_SHARE
+) -> int:
     """Run the service until SIGTERM/SIGINT; 1 if the port cannot be bound."""
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -281,13 +290,14 @@ def serve(*, port: int, state_dir: Path, healthy_for: float) -> int:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     try:
-        server = WebServer(port, healthy_for)
+        server = WebServer(port, healthy_for, cpu_share)
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", HOST, port, exc.strerror)
         print(f"web: cannot listen on {HOST}:{port}: {exc.strerror}", file=sys.stderr)
         return 1
     web = server.web
-    _write_atomic(state_dir / ARGSFILE, json.dumps({"port": web.port, "healthy_for": healthy_for}))
+    args = {"port": web.port, "healthy_for": healthy_for, "cpu_share": web.cpu_share}
+    _write_atomic(state_dir / ARGSFILE, json.dumps(args))
     _write_atomic(state_dir / PIDFILE, f"{os.getpid()}\n")
 
     def on_signal(signum: int, _frame: object) -> None:
