@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml requirements.lock scripts/system-deps scripts/mcp-test-
 	scripts/mcp-test-servers
 	scripts/debian-kubectl
 	$(PYTHON) -m pip install -q --root-user-action=ignore uv==$(UV_VERSION)
-	$(UV) pip install -q --python $(PYTHON) -r requirements.lock
+	$(UV) pip install -q --compile-bytecode --python $(PYTHON) -r requirements.lock
 	$(UV) pip install -q --python $(PYTHON) --no-deps -e . --config-settings editable_mode=compat
 	$(PYTHON) scripts/check-lock requirements.lock
 	@# pyenv finds new console scripts (opsloop, ruff, ...) only after a rehash
