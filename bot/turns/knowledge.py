@@ -42,6 +42,7 @@ from bot.agent.redact import redact_secrets
 from bot.agent.tools import CONFIRMED_BY, Tool
 from bot.alerts.payload import Notification
 from bot.alerts.stored import from_json
+from bot.alerts.text import quoted
 from bot.errors import StoreError, ToolError
 from bot.knowledge.quote import quote_as_data
 from bot.knowledge.runbooks import Runbooks, RunbookText
@@ -386,8 +387,8 @@ class Knowledge:
 
 
 def _quoted(text: str) -> str:
-    body = quote_as_data(_cut(text, RUNBOOK_CHARS))
-    return "\n".join(f"> {line}" if line else ">" for line in body.splitlines())
+    """Runbook text cut, quoted as data, every line under ``> `` (as alert text is)."""
+    return quoted(quote_as_data(_cut(text, RUNBOOK_CHARS)).splitlines())
 
 
 def alert_meta(notification: Notification) -> dict[str, str]:
