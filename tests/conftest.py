@@ -5,19 +5,11 @@ module-scoped fixture (a Redis Cluster, a Sentinel group, a Prometheus stack, a 
 server) runs on one worker, in file order, as it does serially: split over workers, each
 would start the fixture again, and tests written to follow one another (a failover, then
 a check of the nodes it left) would meet the fixture in an order nobody wrote.
-
-The demo service of every ``opsloop dev`` stack the tests start (the browser and dev
-tests run a dozen, two cores between them) burns a tenth of a core while degraded, not
-the demo's 60 % (``OPSLOOP_DEV_DEMO_CPU``): the same story, without starving the rest.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("OPSLOOP_DEV_DEMO_CPU", "0.1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -21,8 +21,7 @@ by the pid it started:
    rule on web's error rate, which fires once web degrades (about ``--degrade-after``
    seconds in) and resolves once it is repaired. ``OPSLOOP_DEV_DEMO_ALERT=0`` turns the
    rule off (the page's button still fires); ``OPSLOOP_DEV_DEMO_CPU`` is the share of one
-   core the degraded service burns (default 0.6; the test suite, which runs many stacks
-   on two cores, sets 0.1).
+   core the degraded service burns (default 0.6).
 
 The bot reads the team's runbooks from ``OPSLOOP_RUNBOOKS`` if you set it, else from the
 demo's folder (``bot/dev/runbooks``: web's runbook, naming its alerts, and two others),
