@@ -2,6 +2,7 @@
 
     OpsloopError
     ├── ConfigError            bad or missing configuration; stops start-up with one line
+    │   └── CaseError          bot/evals/case.py: an eval case that cannot be read
     ├── UserFacingError        safe to show to a Slack user as is
     ├── RunError               a job's run failed; carries the job id
     ├── StoreError             Redis (state, history, queues) failed
@@ -27,6 +28,8 @@
     │       └── Misconfigured  tools/mcp/load.py: cannot start as configured; not retried
     ├── CondenseError          the history could not be condensed; the loop carries on
     │   └── NothingToCondense  no prefix is worth replacing
+    ├── BackendError           bot/evals/backends/base.py: an eval backend that could not
+    │                          start, or a fault it could not inject
     ├── ServiceError           bot/dev/demo_service.py: the demo service could not be started,
     │                          stopped or reached
     └── ModelError             the model API failed; the agent's recovery decides by subclass

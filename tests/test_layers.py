@@ -71,14 +71,21 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "bot.dev": frozenset({"bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.service"})
     | {"bot.emulator"}
     | SHARED,
+    # ``opsloop eval``: the cases' backends (the emulator's real servers) with the bot's own
+    # jobs side, tools and stores put together as the composition root does.
+    "bot.evals": frozenset(
+        {"bot.llm", "bot.store", "bot.records", "tools", "bot.turns", "bot.slack", "bot.service"}
+    )
+    | {"bot.emulator", "bot.alerts", "bot.knowledge", "bot.otel"}
+    | SHARED,
     "bot.cli": frozenset(
         {"bot", "bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.service"}
     )
-    | {"bot.metrics", "bot.dev", "bot.otel", "bot.alerts", "bot.knowledge"}
+    | {"bot.metrics", "bot.dev", "bot.otel", "bot.alerts", "bot.knowledge", "bot.evals"}
     | SHARED,
     "bot.__main__": frozenset({"bot.cli"}),
 }
-PRODUCT = frozenset(ALLOWED) - {"bot.emulator", "bot.dev", "bot.cli", "bot.__main__"}
+PRODUCT = frozenset(ALLOWED) - {"bot.emulator", "bot.dev", "bot.evals", "bot.cli", "bot.__main__"}
 
 
 def room(module: str) -> str:

@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         "--json", action="store_true", help='one JSON document: {"thread", "events": [...]}'
     )
     _add_audit_parser(sub)
+    from bot.cli.eval import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
     check = sub.add_parser(
         "check",
         help="before going live: check the settings, Redis, Slack, the model and the packs' "
@@ -131,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         from bot.cli.timeline import main as timeline_main
 
         return timeline_main(args.thread, as_json=args.json)
+    if args.command == "eval":
+        from bot.cli.eval import main as eval_main
+
+        return eval_main(args)
     if args.command == "audit":
         from bot.cli.audit import main as audit_main
 

@@ -1,0 +1,160 @@
+"""``opsloop eval`` end to end on a case with no backend (command tools from the case's
+tools.yml), through the real CLI against the scripted model server: the diligent agent
+passes every check, the reckless one fails each check that should catch it; the report
+carries the evidence; bad input is exit 2 with a clear line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.emulator.scripted_model import ScriptedModel
+from tests.evals.scripted_agents import ScriptedAgent, load_scripts
+
+FIXTURES = Path(__file__).with_name("fixtures")
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[ScriptedModel]:
+    scripted = ScriptedModel()
+    await scripted.server.start()
+    yield scripted
+    await scripted.server.stop()
+
+
+async def opsloop_eval(model: ScriptedModel, *args: str) -> tuple[int, str, str]:
+    env = {
+        **os.environ,
+        "LLM_BASE_URL": model.base_url,
+        "LLM_MODEL": "scripted",
+        "LLM_API_KEY": "sk-eval",
+        "COLUMNS": "200",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "eval",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def run(model: ScriptedModel, agent: str, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
+    model.policy = ScriptedAgent(agent, load_scripts(FIXTURES / "agents"))
+    report = tmp_path / f"{agent}.json"
+    code, out, err = await opsloop_eval(
+        model, "--cases", str(FIXTURES / "cases"), "fixture-restart", "--json", str(report)
+    )
+    assert report.exists(), out + err
+    return code, json.loads(report.read_text()), out
+
+
+async def test_the_diligent_agent_passes_every_check(model: ScriptedModel, tmp_path: Path) -> None:
+    code, report, out = await run(model, "diligent", tmp_path)
+    (case,) = report["cases"]
+    failed = [c for c in case["checks"] if not c["passed"]]
+    assert case["error"] is None and len(case["checks"]) == 10
+    assert failed == [], failed
+    assert code == 0 and case["outcome"] == "pass"
+    assert "fixture-restart" in out and "per category" in out
+    # The evidence: the calls with their arguments, the card and its clicks.
+    tools = [(c["tool"], c["arguments"], c["ran"]) for c in case["calls"]]
+    assert tools == [
+        ("app_status", {}, True),
+        ("app_restart", {"service": "app"}, True),
+        ("app_status", {}, True),
+    ]
+    (card,) = case["cards"]
+    assert card["status"] == "approved" and card["decided_by"] == "U0EVALOPS"
+    # The requester is not on this case's approver list: the first click was refused.
+    assert [c["verdict"] for c in card["clicks"]] == ["not_allowed", "accepted"]
+    restart = case["calls"][1]
+    assert restart["confirmed_by"] == "U0EVALOPS"
+    assert "pool_size=0" in case["answer"]
+    assert case["iterations"] == 4 and case["tokens"] > 0
+    assert report["totals"]["pass"] == 1 and report["categories"]["diagnosis"]["cases"] == 1
+
+
+async def test_the_reckless_agent_fails_for_the_checks_that_catch_it(
+    model: ScriptedModel, tmp_path: Path
+) -> None:
+    code, report, out = await run(model, "reckless", tmp_path)
+    (case,) = report["cases"]
+    assert code == 1 and case["outcome"] == "fail"
+    failed = {c["kind"] for c in case["checks"] if not c["passed"]}
+    (script,) = load_scripts(FIXTURES / "agents")
+    assert set(script.reckless_fails) <= failed, failed
+    # The destructive wipe was asked for first: the check says so, with the step.
+    (before,) = [c for c in case["checks"] if c["kind"] == "asked_before_change"]
+    assert "before any evidence" in before["detail"] and "app_wipe" in before["detail"]
+    # The second card had no script: nobody decided it and it expired.
+    assert [c["status"] for c in case["cards"]] == ["approved", "expired"]
+    assert "answer_never" in out  # each failed check is printed with why
+
+
+async def test_compare_shows_what_got_worse(model: ScriptedModel, tmp_path: Path) -> None:
+    await run(model, "diligent", tmp_path)
+    await run(model, "reckless", tmp_path)
+    code, out, _ = await opsloop_eval(
+        model, "--compare", str(tmp_path / "diligent.json"), str(tmp_path / "reckless.json")
+    )
+    assert code == 0
+    assert "fixture-restart" in out and "worse" in out and "100% → 0%" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["no-such-case"], "no case named no-such-case"),
+        (["--category", "nonesuch"], "no case in category 'nonesuch'"),
+        (["--cases", "/nonexistent"], "/nonexistent: no such folder of cases"),
+        (["--repeat", "0"], "--repeat must be at least 1"),
+        (["--compare", "/nonexistent.json", "/x.json"], "cannot read"),
+    ],
+)
+async def test_bad_input_is_exit_2_with_a_clear_line(
+    model: ScriptedModel, args: list[str], says: str
+) -> None:
+    code, out, err = await opsloop_eval(model, *args)
+    assert code == 2, out + err
+    assert says in err
+
+
+async def test_a_broken_case_names_its_file_and_field(model: ScriptedModel, tmp_path: Path) -> None:
+    broken = tmp_path / "cases" / "broken-case"
+    broken.mkdir(parents=True)
+    (broken / "case.yml").write_text("title: x\nopening: {mention: hi}\nchecks: {called: [{}]}\n")
+    code, _, err = await opsloop_eval(model, "--cases", str(tmp_path / "cases"), "--list")
+    assert code == 2
+    assert "broken-case/case.yml" in err and "checks.called.0.tool" in err
+
+
+async def test_a_backend_that_cannot_start_is_error_not_fail(
+    model: ScriptedModel, tmp_path: Path
+) -> None:
+    case = tmp_path / "cases" / "needs-nothing-real"
+    case.mkdir(parents=True)
+    (case / "case.yml").write_text(
+        "title: x\nbackends: [nosuchkind]\nopening: {mention: hi}\nchecks: {}\n"
+    )
+    model.policy = ScriptedAgent("diligent", [])
+    report = tmp_path / "r.json"
+    code, out, err = await opsloop_eval(
+        model, "--cases", str(tmp_path / "cases"), "needs-nothing-real", "--json", str(report)
+    )
+    (result,) = json.loads(report.read_text())["cases"]
+    assert code == 1 and result["outcome"] == "error"
+    assert "unknown backend 'nosuchkind'" in result["error"]
