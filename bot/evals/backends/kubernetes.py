@@ -417,7 +417,7 @@ def crashloop_bad_env(b: Builder, params: Mapping[str, Any]) -> dict[str, str]:
                 f'  File "/app/{app}/main.py", line 14, in <module>',
                 "    settings = Settings.from_env()",
                 f'  File "/app/{app}/settings.py", line 41, in from_env',
-                f'    payments_url = os.environ["{var}"]',
+                f'    {var.lower()} = os.environ["{var}"]',
                 '  File "<frozen os>", line 679, in __getitem__',
                 f"KeyError: '{var}'",
                 f"{stamp(at + timedelta(milliseconds=410))} FATAL missing required env var "
@@ -789,7 +789,7 @@ def pending_resources(b: Builder, params: Mapping[str, Any]) -> dict[str, str]:
     return {
         "namespace": namespace,
         "deployment": app,
-        "pod": names[0],
+        "pod": min(names),  # the first listed
         "cpu_request": cpu,
         "replicaset": rs.controller[1],
     }
@@ -834,9 +834,9 @@ def wedged_pod(b: Builder, params: Mapping[str, Any]) -> dict[str, str]:
         "lock cache-refresh and waits for db-pool; 63 threads wait for cache-refresh",
     ]
     lines += [
-        f"{stamp(stuck + (i + 1) * MINUTE)} WARN  worker pool: 64/64 threads blocked on "
-        "cache-refresh, 0 requests served in the last 60s"
-        for i in range(30)
+        f"{stamp(stuck + (i + 1) * 5 * MINUTE)} WARN  worker pool: 64/64 threads blocked on "
+        "cache-refresh, 0 requests served in 5m"
+        for i in range(6)
     ]
     b.cluster.logs[(namespace, name, "app", False)] = "\n".join(lines)
     kubelet = Involved(now, namespace, ("Pod", name))
