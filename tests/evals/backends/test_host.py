@@ -41,6 +41,9 @@ async def host(tmp_path: Path) -> AsyncIterator[tuple[HostBackend, dict[str, Too
     try:
         yield backend, tools
     finally:
+        for pack in packs.values():
+            for close in pack.closers:
+                await close()
         await backend.stop()
 
 

@@ -43,6 +43,9 @@ async def started(
     try:
         yield backend, tools
     finally:
+        for pack in packs.values():
+            for close in pack.closers:
+                await close()
         supervisor = backend.supervisor
         await backend.stop()
         assert supervisor is not None and not supervisor.leftovers()
