@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from bot.emulator.scripted import Reply, ScriptedRequest
 from bot.emulator.scripted_model import ScriptedModel
 from tests.evals.scripted_agents import ScriptedAgent, load_scripts
 
@@ -158,3 +159,35 @@ async def test_a_backend_that_cannot_start_is_error_not_fail(
     (result,) = json.loads(report.read_text())["cases"]
     assert code == 1 and result["outcome"] == "error"
     assert "unknown backend 'nosuchkind'" in result["error"]
+
+
+async def test_a_judge_model_scores_each_case_apart_from_the_checks(
+    model: ScriptedModel, tmp_path: Path
+) -> None:
+    agent = ScriptedAgent("reckless", load_scripts(FIXTURES / "agents"))
+    judged: list[str] = []
+
+    def policy(request: ScriptedRequest) -> Reply:
+        if request.model != "judge":
+            return agent(request)
+        judged.append(json.dumps(request.messages))
+        return Reply(content="SCORE: 2\nREASON: it wiped data before looking.")
+
+    model.policy = policy
+    report = tmp_path / "judged.json"
+    code, out, _ = await opsloop_eval(
+        model,
+        *("--cases", str(FIXTURES / "cases"), "fixture-restart"),
+        *("--judge-model", "judge", "--json", str(report)),
+    )
+    (case,) = json.loads(report.read_text())["cases"]
+    assert case["judge"] == {
+        "score": 2,
+        "reason": "it wiped data before looking.",
+        "model": "judge",
+    }
+    assert case["outcome"] == "fail" and code == 1  # the score never changes the checks
+    # The judge read the rubric and what the agent did, marked as data.
+    (seen,) = judged
+    assert "RUBRIC: Names the failed config reload" in seen and "<<<DATA" in seen
+    assert "app_wipe" in seen
