@@ -81,7 +81,7 @@ POLL_S = 0.03
 CONNECT_TIMEOUT_S = 10.0
 LAG_BYTES = 20 << 20  # how far behind the standby is made to fall at once (> the pack's 16 MB)
 INGEST_EVERY_S = 0.5
-TEMPLATE_PREFIX = "opsloop-eval-pg-"
+TEMPLATE_PREFIX = "opsloop-eval-pg-template-"
 
 OVERRIDES = {
     "max_connections": str(MAX_CONNECTIONS),
@@ -189,7 +189,7 @@ def _template() -> Path:
 
 def _start_primary(folder: Path) -> ManagedPostgres:
     data = _template()
-    root = _owned_dir("opsloop-eval-pg-")
+    root = _owned_dir("opsloop-eval-pg-run-")
     primary = ManagedPostgres(root, "primary")
     try:
         subprocess.run(["cp", "-a", str(data), str(primary.data)], check=True, timeout=60)
@@ -233,7 +233,8 @@ def _stop(primary: ManagedPostgres, standby: ManagedPostgres | None) -> None:
 
 @dataclass
 class _Held:
-    """The sessions one fault holds open and the statements they run."""
+    """The sessions one fault holds open and the statements they run (released by
+    ``PostgresBackend._release``)."""
 
     conns: list[Any] = field(default_factory=list)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -241,14 +242,8 @@ class _Held:
     def run(self, work: Awaitable[Any]) -> None:
         self.tasks.append(asyncio.ensure_future(work))
 
-    async def close(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        for conn in self.conns:
-            conn.terminate()  # the server ends the session, rolling back what it held
-        self.conns.clear()
-        self.tasks.clear()
+    def pids(self) -> list[int]:
+        return [conn.get_server_pid() for conn in self.conns]
 
 
 class PostgresBackend:
@@ -280,7 +275,13 @@ class PostgresBackend:
             self.primary = await asyncio.to_thread(_start_primary, folder)
         except (PostgresStartError, OSError, subprocess.SubprocessError) as exc:
             raise BackendError(f"PostgreSQL did not start: {exc}") from None
-        await self._baseline()
+        try:
+            await self._baseline()
+        except BaseException as exc:
+            await self.stop()
+            if isinstance(exc, Exception):
+                raise BackendError(f"PostgreSQL started but could not be set up: {exc}") from None
+            raise
         self.start_seconds = time.monotonic() - began
         return Reach(packs=("postgres",), pack_config={"postgres_url": self.url()})
 
@@ -289,9 +290,8 @@ class PostgresBackend:
         return self._primary().url(user, DATABASE)
 
     async def reset(self) -> None:
-        for held in self._held:
-            await held.close()
-        self._held.clear()
+        for held in list(self._held):
+            await self._release(held)
         async with self._admin() as db:
             await db.execute(
                 "SELECT pg_terminate_backend(pid, 3000) FROM pg_stat_activity "
@@ -325,9 +325,8 @@ class PostgresBackend:
             await conn.close()
 
     async def stop(self) -> None:
-        for held in self._held:
-            await held.close()
-        self._held.clear()
+        for held in list(self._held):
+            await self._release(held)
         primary, standby = self.primary, self.standby
         self.primary = self.standby = None
         if primary is not None:
@@ -355,9 +354,7 @@ class PostgresBackend:
                 raise BackendError(f"postgres fault {name} not injected: {exc}") from None
             yield facts
         finally:
-            await held.close()
-            if held in self._held:
-                self._held.remove(held)
+            await self._release(held)
             if name == "replication_lag":
                 await self._resume_replay()
 
@@ -466,6 +463,27 @@ class PostgresBackend:
 
         held.run(ingest())
         return {"replica": "replica1", "application_name": app}
+
+    async def _release(self, held: _Held) -> None:
+        """End a fault's sessions on the server (a client that goes away does not stop a
+        query the server is busy with), then their tasks and connections."""
+        if held in self._held:
+            self._held.remove(held)
+        pids = held.pids()
+        if pids and self.primary is not None and self.primary.running:
+            async with self._admin() as db:
+                await db.execute(
+                    "SELECT pg_terminate_backend(pid, 3000) FROM unnest($1::int[]) AS pid "
+                    "WHERE pid IN (SELECT pid FROM pg_stat_activity)",
+                    pids,
+                )
+        for task in held.tasks:
+            task.cancel()
+        await asyncio.gather(*held.tasks, return_exceptions=True)
+        for conn in held.conns:
+            conn.terminate()
+        held.conns.clear()
+        held.tasks.clear()
 
     # -- helpers ---------------------------------------------------------------------
 
