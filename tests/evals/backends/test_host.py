@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bot.agent import CallContext
+from bot.agent.redact import redact_secrets
 from bot.agent.tools import Tool
 from bot.errors import ToolError
 from bot.evals.backends import BackendError, backend_class
@@ -116,7 +117,9 @@ async def test_secret_in_log_is_fresh_each_time(
     backend, tools = host
     async with backend.fault("secret_in_log", {}) as first:
         text = await call(tools["host_tail_log"], path=first["log"])
-        assert f"DATABASE_URL=postgres://app:{first['secret']}@" in text
+        # The model sees it: the bot's redaction of tool output does not know this shape
+        # (if it learns it, the case's secret needs a shape it does not know).
+        assert f"DB_PASS={first['secret']} " in redact_secrets(text)
         assert "password authentication failed" in text
     async with backend.fault("secret_in_log", {}) as second:
         assert second["secret"] != first["secret"]
