@@ -3,7 +3,8 @@
 
 ``python -m bot.evals.backends.http serve DIR`` is that process: both services read
 their configuration from ``DIR/conf/<service>.json`` on every request (a deploy is a
-new file; the service logs that it reloaded it), log to ``DIR/logs/<service>.log`` and
+new file; the service logs that it reloaded it), log to ``DIR/logs/<service>.log`` (which
+starts with the line saying where the service serves, as a real start would) and
 write the ports they listen on to ``DIR/ports.json``. It ends when its parent goes.
 
 - ``checkout``: ``GET /`` and ``GET /health`` call inventory's ``/stock`` at the
@@ -134,8 +135,6 @@ class HttpBackend:
         (self.folder / "conf").mkdir(parents=True, exist_ok=True)
         portfile = self.folder / "ports.json"
         portfile.unlink(missing_ok=True)
-        for service in SERVICES:
-            (self.logs / f"{service}.log").write_text("")
         args = [sys.executable, "-m", MODULE, "serve", str(self.folder)]
         if ports:
             args += [str(ports[s]) for s in SERVICES]
@@ -159,6 +158,7 @@ class HttpBackend:
             time.sleep(POLL_S)
         self.ports = {k: int(v) for k, v in json.loads(portfile.read_text()).items()}
         self._deploy(healthy_configs(self.ports["inventory"]))
+        self._fresh_logs()
 
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
@@ -178,8 +178,15 @@ class HttpBackend:
             self._start(self.ports or None)
             return
         self._deploy(healthy_configs(self.ports["inventory"]))
+        self._fresh_logs()
+
+    def _fresh_logs(self) -> None:
+        """Each log as a service's start leaves it: where it serves."""
         for service in SERVICES:
-            (self.logs / f"{service}.log").write_text("")
+            (self.logs / f"{service}.log").write_text(
+                f"{_now()} INFO {service}: release {HEALTHY_RELEASE} serving on "
+                f"http://127.0.0.1:{self.ports[service]} (GET /health)\n"
+            )
 
     def _deploy(self, configs: Mapping[str, Mapping[str, Any]]) -> None:
         for service, config in configs.items():

@@ -77,6 +77,8 @@ async def test_bad_config_answers_500_and_the_log_says_why(
         text = await call(tools["http_check"], url=facts["checkout_url"])
         assert re.search(r"\b500\b", text), text
         log = await call(tools["host_tail_log"], path=facts["log"])
+        # Where checkout serves is in its log (the agent scripts find the URL there).
+        assert f"serving on http://127.0.0.1:{facts['checkout_port']} " in log, log
         assert "config: upstream_url missing" in log and "release 2024.06.3" in log, log
         assert "upstream_uri" in log  # the reload line names the keys the release has
     text = await call(tools["http_check"], url=facts["checkout_url"])
