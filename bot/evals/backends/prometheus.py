@@ -252,7 +252,7 @@ class PrometheusBackend:
     async def stop(self) -> None:
         if self._first_scrapes is not None:
             self._first_scrapes.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._first_scrapes
             self._first_scrapes = None
         if self._client is not None:
