@@ -48,6 +48,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -82,12 +83,15 @@ CONNECT_TIMEOUT_S = 10.0
 LAG_BYTES = 20 << 20  # how far behind the standby is made to fall at once (> the pack's 16 MB)
 INGEST_EVERY_S = 0.5
 TEMPLATE_PREFIX = "opsloop-eval-pg-template-"
+RUN_PREFIX = "opsloop-eval-pg-"
+SHM = "/dev/shm"
 
 OVERRIDES = {
     "max_connections": str(MAX_CONNECTIONS),
     "superuser_reserved_connections": str(RESERVED),
     "max_parallel_workers_per_gather": "0",  # a runaway query is one process
     "shared_buffers": "'16MB'",
+    "min_wal_size": "'2MB'",  # keep few WAL segments around
 }
 
 ROLES_SQL = f"""\
@@ -151,7 +155,7 @@ INGEST_SQL = (
 def _key() -> str:
     """What the template is made of: a different recipe is a different template."""
     recipe = repr(
-        (SETTINGS, OVERRIDES, HBA, ROLES_SQL, SHOP_SQL, str(BIN), os.geteuid(), 1)
+        (SETTINGS, OVERRIDES, HBA, ROLES_SQL, SHOP_SQL, str(BIN), os.geteuid(), 2)
     ).encode()
     return hashlib.sha256(recipe).hexdigest()[:16]
 
@@ -167,6 +171,11 @@ def _template() -> Path:
     server = ManagedPostgres(root, "data")
     try:
         server.init()
+        # 1 MB WAL segments (not 16): a data directory of half the size to copy per start
+        _run(
+            _server_argv("pg_resetwal", "--wal-segsize=1", "-D", str(server.data)),
+            what="pg_resetwal",
+        )
         with (server.data / "postgresql.conf").open("a") as conf:
             conf.write("".join(f"{k} = {v}\n" for k, v in OVERRIDES.items()))
         server.start()
@@ -175,6 +184,8 @@ def _template() -> Path:
         server.psql("ANALYZE", database=DATABASE)
         server.psql("CHECKPOINT")
         server.stop()
+        # after a clean shutdown: drop the WAL segments the setup left for reuse
+        _run(_server_argv("pg_resetwal", "-D", str(server.data)), what="pg_resetwal")
         (root / "ready").write_text("")
         try:
             root.rename(final)
@@ -187,9 +198,22 @@ def _template() -> Path:
     return data
 
 
+def _run_dir() -> Path:
+    """Where a started server lives: in memory (``/dev/shm``) when there is such a place,
+    since copying the template to a busy disk is most of a start; else the temp dir."""
+    shm = Path(SHM)
+    if not (shm.is_dir() and os.access(shm, os.W_OK | os.X_OK)):
+        return _owned_dir(RUN_PREFIX)
+    root = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=shm))
+    if os.geteuid() == 0:
+        entry = pwd.getpwnam(SUPERUSER)
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+    return root
+
+
 def _start_primary(folder: Path) -> ManagedPostgres:
     data = _template()
-    root = _owned_dir("opsloop-eval-pg-run-")
+    root = _run_dir()
     primary = ManagedPostgres(root, "primary")
     try:
         subprocess.run(["cp", "-a", str(data), str(primary.data)], check=True, timeout=60)
@@ -293,10 +317,7 @@ class PostgresBackend:
         for held in list(self._held):
             await self._release(held)
         async with self._admin() as db:
-            await db.execute(
-                "SELECT pg_terminate_backend(pid, 3000) FROM pg_stat_activity "
-                "WHERE usename = 'app' AND pid <> pg_backend_pid()"
-            )
+            await self._terminate(db, "usename = 'app'")
         await self._resume_replay()
         await self._baseline()
 
@@ -472,11 +493,7 @@ class PostgresBackend:
         pids = held.pids()
         if pids and self.primary is not None and self.primary.running:
             async with self._admin() as db:
-                await db.execute(
-                    "SELECT pg_terminate_backend(pid, 3000) FROM unnest($1::int[]) AS pid "
-                    "WHERE pid IN (SELECT pid FROM pg_stat_activity)",
-                    pids,
-                )
+                await self._terminate(db, "pid = ANY($1::int[])", pids)
         for task in held.tasks:
             task.cancel()
         await asyncio.gather(*held.tasks, return_exceptions=True)
@@ -547,6 +564,16 @@ class PostgresBackend:
     async def _until(self, sql: str, *args: object, what: str) -> None:
         async with self._admin() as db:
             await self._poll(db, sql, *args, what=what)
+
+    @classmethod
+    async def _terminate(cls, db: Any, where: str, *args: object) -> None:
+        """End the sessions ``where`` says, all signalled at once, and wait until they
+        are gone (``pg_terminate_backend``'s own timeout polls each one in turn)."""
+        sessions = f"FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND {where}"
+        await db.execute(f"SELECT pg_terminate_backend(pid) {sessions}", *args)
+        await cls._poll(
+            db, f"SELECT NOT EXISTS (SELECT 1 {sessions})", *args, what="sessions to end"
+        )
 
     @staticmethod
     async def _poll(db: Any, sql: str, *args: object, what: str) -> None:
