@@ -5,16 +5,21 @@ The server is ``bot.emulator.postgres_server.ManagedPostgres`` (it runs as the
 ``postgres`` user when we are root). Its database ``shop`` (tables ``customers``,
 ``orders``, ``events``; ``pg_stat_statements`` created) is set up once per machine in a
 template data directory under the temp dir (keyed by a hash of everything that goes into
-it), which each start copies: a start is a copy and a postmaster start, not an
-``initdb``. ``max_connections`` is :data:`MAX_CONNECTIONS` (small, so exhausting it is
-cheap) and parallel query is off (a runaway query is one process, which we renice).
+it; 1 MB WAL segments, its WAL reset after a clean shutdown, so it is small), which each
+start copies into ``/dev/shm`` when that is writable (a busy disk made the copy most of a
+start): a start is a copy and a postmaster start, about half a second, not an ``initdb``
+and a data load. ``max_connections`` is :data:`MAX_CONNECTIONS` (small, so exhausting it
+is cheap) and parallel query is off (a runaway query is one process, which we renice).
+After the start and each ``reset`` the statement statistics are reset and a quiet day's
+workload runs, so ``pg_top_queries`` shows that and nothing an earlier case left.
 
 The packs reach it as role ``opsloop_ro`` (pg_monitor + pg_signal_backend) on db ``shop``
 over TCP. The standby (``replica1``, a ``pg_basebackup`` with slot ``replica1``) starts on
 the first fault that needs it and stays until ``stop``.
 
 Every fault is real sessions of role ``app`` that this backend holds open (asyncpg
-connections over TCP, each with its ``application_name``), closed on exit. Faults and
+connections over TCP, each with its ``application_name``), ended on the server on exit
+(a closed client does not stop a query the server is busy with). Faults and
 their parameters (``with:``), with the defaults:
 
 * ``lock_chain`` (blocker_app invoice-batch, waiter_app checkout, waiters 4, row 42,
