@@ -33,7 +33,8 @@ WAIT_S = 15.0
 
 # What the agent scripts match in the answers (keep in step with tests/evals/agents/).
 BLOCKER = r"blocker pid (\d+)"
-FIRST_WAITER = r"\n  pid (\d+) "
+FIRST_WAITER = r"^  pid (\d+) "
+SECOND_WAITER = r"^  pid \d+ [^\n]*\n  pid (\d+) "
 IDLE_PSQL = r"pid (\d+) app@shop \(psql,"
 REPORTING = r"pid (\d+) app@shop \(reporting,"
 LAGGING = r"(replica1) is ([\d.]+ [kMG]?B) behind"
@@ -95,7 +96,7 @@ async def quiet(backend: PostgresBackend) -> AsyncIterator[PostgresBackend]:
 
 
 def found(pattern: str, text: str) -> str:
-    match = re.search(pattern, text)
+    match = re.search(pattern, text, re.MULTILINE)  # as the scripted agents search
     assert match is not None, f"{pattern!r} not in:\n{text}"
     return match.group(1)
 
@@ -131,6 +132,7 @@ async def test_lock_chain_an_idle_transaction_blocks_four_checkouts(
         assert locks.startswith(f"4 sessions waiting on locks; pid {blocker} blocks 4 for ")
         assert found(BLOCKER, locks) == blocker
         assert found(FIRST_WAITER, locks) == facts["waiter_pid"]
+        assert found(SECOND_WAITER, locks) == facts["waiter_pids"].split(",")[1]
         assert facts["waiter_pids"].split(",")[0] == facts["waiter_pid"]
         assert "(invoice-batch, 127.0.0.1:" in locks
         assert "its client holds the transaction open and is doing nothing" in locks
