@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bot.errors import ConfigError
@@ -105,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.list:
         for case in cases:
-            console.print(f"{case.name:36} {case.category:10} {case.title}")
+            console.print(f"{case.name:36} {case.category:10} {escape(case.title)}", soft_wrap=True)
         return 0
     old: dict[str, Any] | None = None
     if args.compare:

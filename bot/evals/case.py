@@ -170,6 +170,8 @@ class Checks(_Strict):
     def _groups(cls, groups: list[list[str]]) -> list[list[str]]:
         if any(not group for group in groups):
             raise ValueError("an answer_mentions group needs at least one alternative")
+        if any(not str(alt).strip() for group in groups for alt in group):
+            raise ValueError("an answer_mentions alternative is empty (it would match any answer)")
         return groups
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from bot.evals.runner import CaseResult
@@ -119,7 +120,7 @@ def _cell(outcome: str) -> str:
 
 
 def print_table(report: Mapping[str, Any], console: Console) -> None:
-    table = Table(title=f"opsloop eval · {report['model']}", title_justify="left")
+    table = Table(title=f"opsloop eval · {escape(str(report['model']))}", title_justify="left")
     for column, justify in (
         ("case", "left"),
         ("category", "left"),
@@ -154,10 +155,14 @@ def print_table(report: Mapping[str, Any], console: Console) -> None:
     console.print(table)
     for case in report["cases"]:
         if case["outcome"] == "error":
-            console.print(f"[yellow]{case['case']}[/]: {case['error']}")
+            console.print(
+                f"[yellow]{case['case']}[/]: {escape(str(case['error']))}", soft_wrap=True
+            )
         failed = [c for c in case["checks"] if not c["passed"]]
         for check in failed:
-            console.print(f"[red]{case['case']}[/] {check['kind']}: {check['detail']}")
+            console.print(
+                f"[red]{case['case']}[/] {check['kind']}: {escape(check['detail'])}", soft_wrap=True
+            )
     cats = Table(title="per category", title_justify="left")
     for column in ("category", "cases", "pass", "fail", "error", "pass rate", "tokens", "cost $"):
         cats.add_column(column)
@@ -188,7 +193,9 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], console: Console) ->
         return rows
 
     before, after = by_case(old), by_case(new)
-    table = Table(title=f"{old['model']}  →  {new['model']}", title_justify="left")
+    table = Table(
+        title=f"{escape(str(old['model']))}  →  {escape(str(new['model']))}", title_justify="left"
+    )
     for column in ("case", "before", "after", "checks", "tokens", "change"):
         table.add_column(column)
     rank = {"pass": 2, "fail": 1, "error": 0}
