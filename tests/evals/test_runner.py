@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -191,3 +192,29 @@ async def test_a_judge_model_scores_each_case_apart_from_the_checks(
     (seen,) = judged
     assert "RUBRIC: Names the failed config reload" in seen and "<<<DATA" in seen
     assert "app_wipe" in seen
+
+
+async def test_repeat_runs_each_case_n_times_and_keep_leaves_the_folders(
+    model: ScriptedModel, tmp_path: Path
+) -> None:
+    model.policy = ScriptedAgent("diligent", load_scripts(FIXTURES / "agents"))
+    report = tmp_path / "repeat.json"
+    code, out, _ = await opsloop_eval(
+        model,
+        *("--cases", str(FIXTURES / "cases"), "fixture-restart"),
+        *("--repeat", "2", "--keep", "--json", str(report)),
+    )
+    cases = json.loads(report.read_text())["cases"]
+    assert code == 0
+    assert [(c["case"], c["repeat"], c["outcome"]) for c in cases] == [
+        ("fixture-restart", 1, "pass"),
+        ("fixture-restart", 2, "pass"),
+    ]
+    assert "fixture-restart #2" in out
+    # Each run is its own job (its own key prefix): two runs, two cards, each approved once.
+    assert [len(c["cards"]) for c in cases] == [1, 1]
+    kept = Path(out.split("backends and logs under ", 1)[1].split()[0])
+    try:
+        assert (kept / "redis").is_dir() and (kept / "cases").is_dir()
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
