@@ -49,8 +49,13 @@ def root(text: str) -> Found:
     return lambda ms: next((m for m in ms if not m.get("thread_ts") and text in m["text"]), None)
 
 
-def reply(ts: str, text: str) -> Found:
-    return lambda ms: next((m for m in ms if m.get("thread_ts") == ts and text in m["text"]), None)
+def reply(ts: str, *texts: str) -> Found:
+    """A reply in thread ``ts`` holding every one of ``texts``: a streamed answer is seen
+    part by part, so wait for the part a test reads, not just its first line."""
+    return lambda ms: next(
+        (m for m in ms if m.get("thread_ts") == ts and all(t in m["text"] for t in texts)),
+        None,
+    )
 
 
 def alerts_token(dev_pid: int) -> str:
@@ -78,8 +83,11 @@ async def test_the_demo_fires_its_alert_by_itself_and_resolves_it_when_repaired(
     timeout = httpx.Timeout(10, read=None)  # the stream is quiet until something happens
     async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=timeout) as http:
         alert = await wait_for(http, root("Firing: WebErrorRateHigh"))
-        answer = await wait_for(http, reply(alert["ts"], "WebErrorRateHigh: confirmed"))
-        assert "**Likely cause:** the log says so" in answer["text"]
+        # The whole answer: its last sentence has streamed in.
+        answer = await wait_for(
+            http, reply(alert["ts"], "WebErrorRateHigh: confirmed", "I changed nothing")
+        )
+        assert "**Likely cause:** the log says so" in answer["text"], answer["text"]
 
         restart = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bot.dev.demo_service", "restart", "--dir", str(folder),

@@ -28,7 +28,10 @@ async def test_the_demo_alerts_investigation_cites_web_runbook(
     timeout = httpx.Timeout(10, read=None)  # the stream is quiet until something happens
     async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=timeout) as http:
         alert = await wait_for(http, root("Firing: WebErrorRateHigh"))
-        answer = await wait_for(http, reply(alert["ts"], "WebErrorRateHigh: confirmed"))
+        # The citation ends the answer, streamed in last: wait for its last words.
+        answer = await wait_for(
+            http, reply(alert["ts"], "WebErrorRateHigh: confirmed", "read the log")
+        )
 
-    assert "Following the team's runbook `web.md#triage`" in answer["text"]
+    assert "Following the team's runbook `web.md#triage`" in answer["text"], answer["text"]
     assert "steps 1–3 — check health, read the metrics, read the log" in answer["text"]

@@ -327,6 +327,7 @@ class PrometheusBackend:
         try:
             await asyncio.to_thread(self.endpoints[job].close)
             await self._until(f"TargetDown of {job}", self._firing({"TargetDown": job}))
+            await self._until(f"a refused scrape of {job}", self._refused(job))
             yield {"job": job, "instance": SERVICES[job], "alert": "TargetDown"}
         finally:
             await self._heal()
@@ -338,6 +339,7 @@ class PrometheusBackend:
             self.metrics.set_database_down(True)
             await asyncio.to_thread(self.endpoints["database"].close)
             await self._until("the alert storm", self._firing(wanted))
+            await self._until("a refused scrape of database", self._refused("database"))
             yield {
                 "root_alert": "TargetDown",
                 "root_job": "database",
@@ -367,6 +369,7 @@ class PrometheusBackend:
             silence_id = str(answer["silenceID"])
             await asyncio.to_thread(self.endpoints[job].close)
             await self._until(f"the silenced TargetDown of {job}", self._silenced(job, silence_id))
+            await self._until(f"a refused scrape of {job}", self._refused(job))
             yield {
                 "job": job,
                 "instance": SERVICES[job],
@@ -439,6 +442,20 @@ class PrometheusBackend:
         if held:
             return f"alertmanager alerts: {[a['labels']['alertname'] for a in held]}"
         return None
+
+    def _refused(self, job: str) -> Callable[[], Awaitable[str | None]]:
+        """The job's last scrape was refused: the steady state of a closed port (the
+        scrape in flight as it closed may end "connection reset by peer" instead, and
+        the evidence the cases read is the refusal)."""
+
+        async def ready() -> str | None:
+            targets = (await self._prom("/api/v1/targets"))["activeTargets"]
+            errors = [t.get("lastError", "") for t in targets if t["labels"].get("job") == job]
+            if any("connection refused" in e for e in errors):
+                return None
+            return f"the last scrape of {job} said {errors!r}"
+
+        return ready
 
     def _firing(self, wanted: Mapping[str, str]) -> Callable[[], Awaitable[str | None]]:
         """Every alert name of ``wanted`` (with that job, when not empty) firing in
