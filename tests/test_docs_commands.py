@@ -4,12 +4,14 @@ console blocks) names a real command, and each ``--flag`` it passes is one that 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
-import subprocess
-import sys
 from functools import cache
 from pathlib import Path
+
+from bot.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -34,15 +36,15 @@ def shown(markdown: str) -> list[str]:
 
 @cache
 def usage(*words: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "bot", *words, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        check=False,
-    )
-    return done.stdout if done.returncode == 0 else ""
+    """What ``opsloop WORDS --help`` prints, or "" when it is refused: the CLI's own
+    parser, in this process (a process per command cost the suite a minute)."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main([*words, "--help"])
+    except SystemExit as exc:
+        return out.getvalue() if exc.code in (0, None) else ""
+    return out.getvalue()
 
 
 def words(command: str) -> list[str]:
