@@ -201,3 +201,20 @@ def test_the_request_to_permission_mapping() -> None:
     assert req("DELETE", "/api/v1/namespaces/web/pods/p1") == Permission("", "pods", "delete")
     assert req("GET", "/version") is None
     assert req("GET", "/apis/apps/v1") is None
+
+
+def test_the_deploy_docs_name_every_tool_and_its_scope() -> None:
+    """docs/deploy.md's RBAC table has a row per tool, writes granted by namespaced Roles."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    section = docs.split("## RBAC", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        line.split("|")[1].strip().strip("`"): line
+        for line in section.splitlines()
+        if line.startswith("| `")
+    }
+    assert set(PACK_TOOLS["kubernetes"]) <= set(rows)
+    for tool in PACK_TOOLS["kubernetes"]:
+        scope = "a Role in each of" if tool in k8s_rbac.WRITE else "ClusterRole"
+        assert scope in rows[tool], tool
+        for verb in {p.verb for p in k8s_rbac.TOOLS[tool]}:
+            assert f"`{verb}`" in rows[tool], (tool, verb)
