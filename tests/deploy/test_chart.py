@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import re
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,6 +32,7 @@ from tests.deploy.chart import (
     CUSTOM,
     KUBERNETES_VERSIONS,
     NAMESPACE,
+    RELEASE,
     VALUES,
     Manifest,
     ValidationError,
@@ -542,3 +544,52 @@ def test_reading_only_is_the_default_for_the_pack() -> None:
     manifests = render(None, "packs={kubernetes}")
     assert only(manifests, "Role") == only(manifests, "RoleBinding") == []
     assert granted(one(manifests, "ClusterRole")) == k8s_rbac.needed(read_tools(), check=True)
+
+
+# -- NOTES.txt ------------------------------------------------------------------------------
+
+
+def notes(tmp_path: Path, values: Path | None) -> str:
+    """NOTES.txt as ``helm install`` prints it (``helm template`` leaves it out): a copy of
+    the chart with one more template rendering it through ``tpl``."""
+    copy = tmp_path / "chart"
+    shutil.copytree(CHART, copy)
+    (copy / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (copy / "templates" / "notes-test.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+        'data:\n  notes: |\n    {{- tpl (.Files.Get "notes.txt") . | nindent 4 }}\n'
+    )
+    done = helm(
+        "template",
+        RELEASE,
+        str(copy),
+        "--namespace",
+        NAMESPACE,
+        "--show-only",
+        "templates/notes-test.yaml",
+        *values_args(values),
+    )
+    assert done.returncode == 0, done.stderr
+    text: str = yaml.safe_load(done.stdout)["data"]["notes"]
+    return text
+
+
+def test_notes_say_what_to_do_next(tmp_path: Path) -> None:
+    http = notes(tmp_path / "http", CASES["redis-cluster"])
+    check = f"kubectl -n {NAMESPACE} exec deploy/{RELEASE}-opsloop -c opsloop -- opsloop check"
+    assert check in http
+    assert "https://opsloop.example.com/slack/events" in http
+    assert "https://opsloop.example.com/alerts/alertmanager" in http
+    socket = notes(tmp_path / "socket", CASES["socket"])
+    assert check + " --mode socket" in socket
+    assert "SLACK_APP_TOKEN" in socket and "/slack/events" not in socket
+    default = notes(tmp_path / "default", None)
+    assert "https://<your host>/slack/events" in default
+    assert "anyone in the workspace may approve a change" in default
+    k8s = notes(tmp_path / "k8s", CASES["kubernetes-write"])
+    assert "may change web, payments only, with k8s_rollout_restart, k8s_scale" in k8s
+    in_cluster = f"http://{RELEASE}-opsloop.{NAMESPACE}.svc:80/alerts/alertmanager"
+    assert in_cluster in socket and in_cluster in default and in_cluster not in http
+    steps = [line for line in http.splitlines() if re.match(r"[0-9]\. ", line)]
+    assert [s[:2] for s in steps] == ["1.", "2.", "3.", "4."]
+    assert "rollout status" in http.split("2. ")[0]  # ready before the exec
