@@ -16,7 +16,7 @@ from bot.store.incidents import Incidents
 from bot.store.keys import Keys
 
 from .alerts_kit import PINGS
-from .approvals_kit import texts, wait_until
+from .approvals_kit import wait_until
 from .conftest import StartBot
 from .harness import ScriptedModel, mention
 
@@ -59,11 +59,22 @@ async def incidents_count(redis_server: ManagedRedis) -> int:
 async def ask(serve: object, slack: FakeSlack, channel: str, text: str, ts: str) -> str:
     event = mention(channel, "U1", text, ts=ts)
     assert (await serve.send(event))[0] == 200  # type: ignore[attr-defined]
-    await slack.wait_for(
-        lambda: any(t.startswith(("payment-api", "Found:")) for t in texts(slack, channel, ts)),
-        timeout=30,
-    )
-    return next(t for t in texts(slack, channel, ts) if t.startswith(("payment-api", "Found:")))
+
+    def answered() -> str | None:
+        # The whole answer: a streamed one is read once its stream has stopped.
+        return next(
+            (
+                m.text
+                for m in slack.messages(channel, ts)
+                if m.text.startswith(("payment-api", "Found:")) and not m.streaming
+            ),
+            None,
+        )
+
+    await slack.wait_for(lambda: answered() is not None, timeout=30)
+    answer = answered()
+    assert answer is not None
+    return answer
 
 
 async def test_a_job_finds_public_and_own_incidents_never_another_private_channels(
