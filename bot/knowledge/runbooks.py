@@ -142,7 +142,10 @@ class Runbooks:
         refresh_interval: float = REFRESH_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.root = Path(root).resolve()
+        # The folder as configured, resolved again at every re-read: a git-sync checkout
+        # is a symlink swapped to a new folder on each update (the old one deleted).
+        self.configured = Path(root).absolute()
+        self.root = self.configured.resolve()
         if not self.root.is_dir():
             raise ConfigError(f"OPSLOOP_RUNBOOKS: {root} is not a directory")
         self.base_url = base_url.rstrip("/") + "/" if base_url else None
@@ -165,6 +168,7 @@ class Runbooks:
         """Rebuild the index if any file was added, removed or changed; ``True`` if so."""
         with self._lock:
             self._checked_at = self._clock()
+            self.root = self.configured.resolve()
             entries, refused = self._scan()
             signature = (
                 tuple((e.rel, e.size, e.mtime_ns) for e in entries),
