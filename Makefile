@@ -8,10 +8,11 @@ UV := $(PYTHON) -m uv
 
 .PHONY: setup run test test-store-cluster test-store-sentinel lint bench lock check-lock clean
 
-$(STAMP): pyproject.toml requirements.lock scripts/system-deps scripts/mcp-test-servers scripts/debian-kubectl
+$(STAMP): pyproject.toml requirements.lock scripts/system-deps scripts/mcp-test-servers scripts/debian-kubectl scripts/helm
 	scripts/system-deps
 	scripts/mcp-test-servers
 	scripts/debian-kubectl
+	scripts/helm
 	$(PYTHON) -m pip install -q --root-user-action=ignore uv==$(UV_VERSION)
 	$(UV) pip install -q --compile-bytecode --python $(PYTHON) -r requirements.lock
 	$(UV) pip install -q --python $(PYTHON) --no-deps -e . --config-settings editable_mode=compat
