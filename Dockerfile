@@ -12,7 +12,7 @@
 FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        python3 python3-venv ca-certificates \
+        python3 python3-venv ca-certificates binutils \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml requirements.lock README.md ./
@@ -20,7 +20,8 @@ COPY scripts/build-image scripts/build-image
 COPY bot bot
 COPY tools tools
 # The runtime subset of the lock (uv resolves it, constrained to the lock), opsloop's wheel,
-# then the virtual environment: every archive checked against the lock's hashes.
+# then the virtual environment: every archive checked against the lock's hashes, the
+# extension modules' debug information stripped, byte-compiled.
 RUN python3 -m venv /build \
  && /build/bin/pip install --no-cache-dir --quiet uv==0.13.9 \
  && /build/bin/python scripts/build-image requirements -o /tmp/runtime.txt \
@@ -30,6 +31,7 @@ RUN python3 -m venv /build \
         -r /tmp/runtime.txt \
  && /opt/opsloop/bin/pip install --no-cache-dir --quiet --no-deps /tmp/wheels/opsloop-*.whl \
  && /opt/opsloop/bin/pip check \
+ && find /opt/opsloop -name '*.so' -exec strip --strip-debug {} + \
  && /opt/opsloop/bin/pip uninstall --quiet --yes pip setuptools \
  && /opt/opsloop/bin/python -m compileall -q /opt/opsloop
 
