@@ -38,7 +38,7 @@ RUN python3 -m venv /build \
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        python3 ca-certificates \
+        python3 ca-certificates libstdc++6 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
  && python3 -m compileall -q /usr/lib/python3.11 \
  && groupadd --gid 10001 opsloop \

@@ -311,6 +311,9 @@ async def test_serve_answers_health_and_a_mention_in_its_thread(
         )
         assert len(model.requests) == 1
         assert model.requests[0].headers.get("authorization") == f"Bearer {LLM_API_KEY}"
+    except BaseException:
+        print(serve.output())  # shown with the failure
+        raise
     finally:
         code = await serve.stop()
     assert code == 0, serve.output()
