@@ -6,7 +6,7 @@ STAMP := .opsloop/setup.stamp
 UV_VERSION := 0.13.9
 UV := $(PYTHON) -m uv
 
-.PHONY: setup run test test-store-cluster test-store-sentinel lint bench lock check-lock clean
+.PHONY: setup run test test-store-cluster test-store-sentinel lint bench lock check-lock clean image image-test
 
 $(STAMP): pyproject.toml requirements.lock scripts/system-deps scripts/mcp-test-servers scripts/debian-kubectl scripts/helm
 	scripts/system-deps
@@ -51,6 +51,19 @@ test: setup
 
 test-store-cluster test-store-sentinel: setup
 	OPSLOOP_TEST_REDIS=$(@:test-store-%=%) $(PYTHON) -m pytest -q -n 2 --dist loadgroup tests/store
+
+# The OCI image, built without a registry (mmdebstrap from Debian's packages; needs root and
+# unshare): dist/opsloop-VERSION.oci.tar. The Dockerfile builds the same layout elsewhere.
+IMAGE_VERSION = $(shell $(PYTHON) -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['version'])")
+
+image: setup
+	scripts/image-deps
+	$(PYTHON) scripts/build-image
+
+# The built image run as its non-root user on a read-only root filesystem (unshare + chroot):
+# --version, check, serve answering /healthz and a signed mention.
+image-test: image
+	OPSLOOP_IMAGE=dist/opsloop-$(IMAGE_VERSION).oci.tar $(PYTHON) -m pytest -q -p no:randomly tests/image
 
 lint: setup
 	$(PYTHON) -m ruff check bot tools tests benchmarks
