@@ -411,6 +411,7 @@ class Service:
             background=tasks.spawn,
             approval_channel=bot.approval_channel,
             caps=caps,
+            escalate=bot.escalate_ids,
         )
         messages = Messages(
             client=client,

@@ -277,6 +277,7 @@ class BotSettings(_Group):
     approval_remind_s: float = Field(
         DEFAULT_APPROVAL_REMIND_S, alias="OPSLOOP_APPROVAL_REMIND_S", ge=0
     )
+    approval_escalate: str = Field("", alias="OPSLOOP_APPROVAL_ESCALATE")
     system_prompt_file: MaybeStr = Field(None, alias="OPSLOOP_SYSTEM_PROMPT")
     task_display: Literal["timeline", "plan", "off"] = Field(
         "timeline", alias="OPSLOOP_TASK_DISPLAY"
@@ -347,6 +348,17 @@ class BotSettings(_Group):
             self.redis_url = "redis://"
         return self
 
+    @field_validator("approval_escalate")
+    @classmethod
+    def _escalate(cls, value: str) -> str:
+        ids = [a.strip() for a in value.split(",") if a.strip()]
+        groups = [a for a in ids if a.startswith("S")]
+        if any(not re.fullmatch(r"[UWS][A-Z0-9]{2,20}", a) for a in ids):
+            raise ValueError("user ids (U…, W…) or one user group id (S…), comma-separated")
+        if groups and len(ids) > 1:
+            raise ValueError("one user group id (S…) alone, or user ids (U…, W…)")
+        return ",".join(ids)
+
     @field_validator("slack_api_url")
     @classmethod
     def _trailing_slash(cls, value: str) -> str:
@@ -357,6 +369,11 @@ class BotSettings(_Group):
     @property
     def approver_ids(self) -> list[str]:
         return [a.strip() for a in self.approvers.split(",") if a.strip()]
+
+    @property
+    def escalate_ids(self) -> tuple[str, ...]:
+        """``OPSLOOP_APPROVAL_ESCALATE``: who a still pending card's reminder mentions."""
+        return tuple(a for a in self.approval_escalate.split(",") if a)
 
     @property
     def suggested_prompt_list(self) -> list[str]:
@@ -441,6 +458,7 @@ PURPOSES: Mapping[str, str] = {
     "OPSLOOP_APPROVAL_TTL_S": "how long an approval card stays valid, in seconds",
     "OPSLOOP_DRAIN_S": "on SIGTERM, how long running jobs get to hand over, in seconds",
     "OPSLOOP_APPROVAL_REMIND_S": "when a still pending card is recalled in its thread (0: never)",
+    "OPSLOOP_APPROVAL_ESCALATE": "user ids (U…) or one user group (S…) the recall mentions",
     "OPSLOOP_SYSTEM_PROMPT": "a file replacing the built-in incident-response prompt",
     "OPSLOOP_TASK_DISPLAY": "how a job's tool steps show: timeline, plan or off",
     "OPSLOOP_SUGGESTED_PROMPTS": "the assistant pane's suggested prompts, | between them",

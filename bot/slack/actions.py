@@ -24,7 +24,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, assert_never
 
@@ -96,10 +96,15 @@ class Interactions:
     background: Callable[[Coroutine[Any, Any, Any], str], None]
     approval_channel: str | None = None  # where DM jobs' cards are (bot.slack.assistant)
     caps: DailyCaps | None = None  # the workspace's daily caps, which a Continue may raise
+    # OPSLOOP_APPROVAL_ESCALATE: users or one user group the reminder mentions.
+    escalate: Sequence[str] = ()
 
     async def remind(self, approval: ApprovalRecord) -> None:
-        """Recall a card still pending, once, in its thread (the scanner's hook)."""
-        message = reminder_message(approval, approvers=self.policy.approvers, now=time.time())
+        """Recall a card still pending, once, in its thread (the scanner's hook), mentioning
+        whom it is escalated to."""
+        message = reminder_message(
+            approval, approvers=self.policy.approvers, now=time.time(), escalate=self.escalate
+        )
         channel, thread_ts = card_place(self.approval_channel, approval)
         await self.client.chat_postMessage(
             channel=channel,

@@ -169,8 +169,11 @@ def whom_to_ask(approvers: Sequence[str]) -> str:
     return ", ".join(shown[:MAX_CARD_APPROVERS]) + (f" and {more} more" if more > 0 else "")
 
 
-def reminder_message(record: ApprovalRecord, *, approvers: Sequence[str], now: float) -> Message:
-    """The one recall of a card still pending: what waits, since when, whom to ask."""
+def reminder_message(
+    record: ApprovalRecord, *, approvers: Sequence[str], now: float, escalate: Sequence[str] = ()
+) -> Message:
+    """The one recall of a card still pending: what waits, since when, whom to ask; and,
+    with ``OPSLOOP_APPROVAL_ESCALATE``, who it is escalated to (mentioned, so notified)."""
     waited = duration(max(now - record.requested_at, 0.0))
     who = whom_to_ask(approvers) if approvers else "anyone in the channel"
     if two_approvers(record):
@@ -183,6 +186,8 @@ def reminder_message(record: ApprovalRecord, *, approvers: Sequence[str], now: f
         f"(asked {waited} ago; the card above expires at {hhmm(record.expires_at)}). "
         f"Who can approve: {who}."
     )
+    if escalate:
+        text += f" Escalating to {whom_to_ask(escalate)}: please look at the card above."
     return Message(text=text, blocks=[section_block(text)])
 
 

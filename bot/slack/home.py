@@ -138,9 +138,25 @@ def card_line(
     kind = "destructive" if card.destructive else "change"
     link = thread_link(base_url, card.channel, card.thread_ts, channels=channels, gone=gone)
     return _line(
-        f"{CARD_EMOJI} `{escaped(card.tool, 80)}` ({kind}) in {link} · asked by "
-        f"{mention(card.requester)} · may approve: {who} · expires {hhmm(card.expires_at)}"
+        f"{CARD_EMOJI} `{escaped(card.tool, 80)}` ({kind}){_card_link(card, base_url, gone)} "
+        f"in {link} · asked by {mention(card.requester)} · may approve: {who} · "
+        f"expires {hhmm(card.expires_at)}"
     )
+
+
+def _card_link(card: HomeCard, base_url: str | None, gone: Collection[Where]) -> str:
+    """`` <…|card>``: the card message itself, in its thread (Slack's permalink form for a
+    reply); nothing for a card in the pane's approval channel or a deleted thread."""
+    if (
+        not base_url
+        or not card.card_ts
+        or card.channel.startswith(DM_PREFIX)
+        or (card.channel, card.thread_ts) in gone
+    ):
+        return ""
+    ts = card.card_ts.replace(".", "")
+    query = f"thread_ts={card.thread_ts}&cid={card.channel}"
+    return f" <{base_url}archives/{card.channel}/p{ts}?{query}|card>"
 
 
 def config_text(config: Configured, approvers: Sequence[str]) -> str:

@@ -1,5 +1,6 @@
-"""A card nobody answers gets one reminder in the thread, naming whom to ask, once
-whichever process scans first; a decided card gets none."""
+"""A card nobody answers gets one reminder in the thread, naming whom to ask and whom it
+is escalated to (``OPSLOOP_APPROVAL_ESCALATE``), once whichever process scans first; a
+decided card gets none."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ async def test_an_unanswered_card_is_recalled_once_naming_the_approvers(
         "OPSLOOP_APPROVERS": "UAPPROVER1,SOPS",
         "OPSLOOP_APPROVAL_REMIND_S": "1",
         "OPSLOOP_APPROVAL_TTL_S": "7",
+        "OPSLOOP_APPROVAL_ESCALATE": "UONCALL1,UONCALL2",
     }
     first = await bot(**env)
     await bot(**env)  # a second process scans too
@@ -36,6 +38,7 @@ async def test_an_unanswered_card_is_recalled_once_naming_the_approvers(
     await slack.wait_for(lambda: bool(reminders(slack, "C1", event["ts"])), timeout=15)
     [note] = reminders(slack, "C1", event["ts"])
     assert "`restart_service`" in note and "<@UAPPROVER1>" in note and "<!subteam^SOPS>" in note
+    assert "Escalating to <@UONCALL1>, <@UONCALL2>: please look at the card above." in note
     # Scans went on in both processes until the card expired: still one reminder.
     await slack.wait_for(lambda: "Expired" in slack.message("C1", card.ts).text, timeout=20)
     assert len(reminders(slack, "C1", event["ts"])) == 1
