@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from playwright.async_api import expect
 
 from .conftest import Dev, copy_to_docs, screenshot_path
 from .test_dev_page import THREAD, TIMEOUT_MS, act_as, bot_text, mention, open_page
@@ -39,6 +40,10 @@ async def test_tool_steps_show_as_task_cards_through_an_approval(browser: Any, d
     # After the approval the change runs as a card of its own stream, and completes.
     restart = page.locator(f'{CARD}[data-status="complete"]', has_text="restart")
     await restart.first.wait_for(timeout=TIMEOUT_MS)
-    assert await page.locator(f'{CARD}[data-status="in_progress"]').count() == 0
+    # Every step ends complete: the last card's final update may reach the page just after
+    # the status message's ending (separate, paced edits), so wait for it rather than look once.
+    await expect(page.locator(f'{CARD}[data-status="in_progress"]')).to_have_count(
+        0, timeout=TIMEOUT_MS
+    )
     assert await page.locator(f'{CARD}[data-status="error"]').count() == 0
     await page.screenshot(path=screenshot_path("task-cards-answer"))
