@@ -142,8 +142,11 @@ class Process:
             self._log = None
 
 
-def _start(process: Process, argv: Callable[[int], list[str]], ready: Callable[[int], str]) -> int:
-    """Start on a free port, retrying when the port was taken meanwhile; the port."""
+def start_on_free_port(
+    process: Process, argv: Callable[[int], list[str]], ready: Callable[[int], str]
+) -> int:
+    """Start ``process`` on a free port, retrying when the port was taken meanwhile; the
+    port. ``argv`` and ``ready`` (its readiness URL) are given the port."""
     for attempt in range(BIND_ATTEMPTS):
         port = free_port()
         process.start(argv(port))
@@ -188,7 +191,7 @@ class PrometheusStack:
 
     def _start(self) -> None:
         collectors = [f"--collector.{name}" for name in NODE_EXPORTER_COLLECTORS]
-        self.node_port = _start(
+        self.node_port = start_on_free_port(
             self.node_exporter,
             lambda port: [
                 binary("prometheus-node-exporter"),
@@ -212,7 +215,9 @@ class PrometheusStack:
                 "--log.level=warn",
             ]
 
-        self.port = _start(self.prometheus, argv, lambda port: f"http://127.0.0.1:{port}/-/ready")
+        self.port = start_on_free_port(
+            self.prometheus, argv, lambda port: f"http://127.0.0.1:{port}/-/ready"
+        )
         self._wait_for_data()
 
     def _config(self, port: int) -> dict[str, Any]:
@@ -272,7 +277,7 @@ class AlertmanagerServer:
         config = self.folder / "alertmanager.yml"
         self.folder.mkdir(parents=True, exist_ok=True)
         config.write_text(self.config)
-        self.port = _start(
+        self.port = start_on_free_port(
             self.process,
             lambda port: [
                 binary("prometheus-alertmanager"),

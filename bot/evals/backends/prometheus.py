@@ -49,8 +49,8 @@ from bot.emulator.prometheus_stack import (
     BackendStartError,
     Process,
     binary,
+    start_on_free_port,
 )
-from bot.emulator.redis_server import free_port
 from bot.evals.backends.base import BackendError, Facts, Reach
 from bot.evals.backends.prom_config import (
     RULES,
@@ -137,22 +137,6 @@ def _handler(render: Callable[[], str]) -> type[BaseHTTPRequestHandler]:
     return Metrics
 
 
-def _launch(process: Process, argv: Callable[[int], list[str]], ready: Callable[[int], str]) -> int:
-    """Start ``process`` on a free port (again if the port was taken meanwhile); the port."""
-    for attempt in range(BIND_ATTEMPTS):
-        port = free_port()
-        process.start(argv(port))
-        try:
-            process.wait_ready(ready(port), time.monotonic() + START_TIMEOUT_S)
-            return port
-        except BackendStartError:
-            in_use = "address already in use" in process.log_tail()
-            process.stop()
-            if not in_use or attempt == BIND_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
 class PrometheusBackend:
     """See the module docstring."""
 
@@ -210,7 +194,7 @@ class PrometheusBackend:
         self.alertmanager = AlertmanagerServer(self.folder / "alertmanager").start()
         self.alertmanager_url = self.alertmanager.url
         self.node_exporter = Process("node-exporter", self.folder)
-        node_port = _launch(
+        node_port = start_on_free_port(
             self.node_exporter,
             lambda port: [
                 binary("prometheus-node-exporter"),
@@ -240,7 +224,9 @@ class PrometheusBackend:
             ]
 
         self.prometheus = Process("prometheus", self.folder)
-        port = _launch(self.prometheus, argv, lambda port: f"http://127.0.0.1:{port}/-/ready")
+        port = start_on_free_port(
+            self.prometheus, argv, lambda port: f"http://127.0.0.1:{port}/-/ready"
+        )
         self.prometheus_url = f"http://127.0.0.1:{port}"
 
     async def _scraped(self) -> None:
