@@ -20,6 +20,8 @@ defaults are the stored format (each is a ``PersistedRecord``: strict, with a
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -157,6 +159,18 @@ Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
 Outcome = Literal["approved", "denied", "expired", "cancelled"]
 
 
+def edited_json(arguments: dict[str, object]) -> str:
+    """The stored text of edited arguments (their tag is its hash)."""
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def edit_tag(arguments: dict[str, object] | None) -> str:
+    """The short tag of an edit (``""``: none), the same the store's script computes."""
+    if arguments is None:
+        return ""
+    return hashlib.sha1(edited_json(arguments).encode("utf-8")).hexdigest()[:12]
+
+
 class ApprovalRecord(PersistedRecord):
     """A call waiting for (or given) a human decision."""
 
@@ -183,6 +197,23 @@ class ApprovalRecord(PersistedRecord):
     # A call that needs two different approvers (a destructive call in a job an alert
     # started): who approved it first, while it waits for the second.
     first_approver: str | None = None
+    # Approve with edits (``bot.agent.edits``): the arguments a person changed the call
+    # to, who, and (a destructive call) the dry run of the edited call shown on the card.
+    # A mutating call's edit is its decision; a destructive call's is its first approval.
+    edited_arguments: dict[str, object] | None = None
+    edited_by: str | None = None
+    edited_dry_run: str | None = None
+
+    @property
+    def edit_tag(self) -> str:
+        """Which edit the card shows (``""``: none): a click or a form names it, and a
+        decision is refused when the card was edited since (``bot.store.approvals``)."""
+        return edit_tag(self.edited_arguments)
+
+    @property
+    def approved_arguments(self) -> dict[str, object]:
+        """The arguments the call runs with: the edited ones, else the proposed ones."""
+        return self.edited_arguments if self.edited_arguments is not None else self.arguments
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,9 @@ result says it was not run, never "outcome unknown".
 An approved call's outcome (run, or answered by the ledger) carries its approver as
 ``confirmed_by``; the tool receives it, and the history writes it into the call's stored
 arguments in place of whatever the model put there (``memory.record_approver``).
+An approval with edits (``Approved.arguments``) runs the call with the approver's
+arguments, validated again here, and its result starts with what changed
+(``approved with edits by <@U1>: replicas 5 → 3``, ``bot.agent.edits``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from bot.agent.config import AgentConfig
+from bot.agent.edits import edit_note
 from bot.agent.events import Event, ToolEnd, ToolProgress, ToolStart
 from bot.agent.guard import Aborted, AbortKind, guarded
 from bot.agent.messages import ToolCall, parse_arguments
@@ -296,7 +300,9 @@ class CallRunner:
                 )
             case Denied(reason=why):
                 return self._refused(call, f"Error: declined: {why}", canonical)
-            case Approved(confirmed_by=who, tool=bound_tool, args_hash=bound_hash):
+            case Approved(
+                confirmed_by=who, tool=bound_tool, args_hash=bound_hash, arguments=edited
+            ):
                 if (bound_tool is not None and bound_tool != tool.name) or (
                     bound_hash is not None and bound_hash != digest
                 ):
@@ -305,7 +311,38 @@ class CallRunner:
                     )
                 if not who:
                     return self._refused(call, "Error: declined: approval without an approver")
+                if edited is not None:
+                    return await self._edited(tool, call, canonical, who, edited)
                 return await self._ledgered(tool, model, call, canonical, digest, who)
+
+    async def _edited(
+        self, tool: Tool, call: ToolCall, canonical: str, who: str, edited: dict[str, object]
+    ) -> Outcome:
+        """The call as its approver edited it: validated again by the tool's model, run
+        once with the edited arguments, its result starting with the edit
+        (``bot.agent.edits``)."""
+        edited_call = call.model_copy(update={"arguments": json.dumps(edited), "malformed": None})
+        checked = self._validate(tool, edited_call)
+        if isinstance(checked, str):
+            why = checked.removeprefix("Error: ")
+            return self._refused(
+                call, f"Error: declined: the edited call is not valid: {why}", canonical
+            )
+        model, edited_canonical = checked
+        proposed: dict[str, object] = json.loads(canonical)
+        if edited_canonical == canonical:
+            return await self._ledgered(tool, model, call, canonical, args_hash(canonical), who)
+        note = edit_note(who, proposed, json.loads(edited_canonical))
+        return await self._ledgered(
+            tool,
+            model,
+            call,
+            edited_canonical,
+            args_hash(edited_canonical),
+            who,
+            note=note,
+            proposed=proposed,
+        )
 
     async def _preview(self, tool: Tool, model: BaseModel, call: ToolCall) -> str | None:
         """What the call will run, as its tool tells it (``confirmed_by`` not known yet);
@@ -329,8 +366,20 @@ class CallRunner:
             return None
 
     async def _ledgered(
-        self, tool: Tool, model: BaseModel, call: ToolCall, canonical: str, digest: str, who: str
+        self,
+        tool: Tool,
+        model: BaseModel,
+        call: ToolCall,
+        canonical: str,
+        digest: str,
+        who: str,
+        *,
+        note: str | None = None,
+        proposed: dict[str, object] | None = None,
     ) -> Outcome:
+        """Claim the call in the ledger, run it, record its output. ``note``: the line an
+        edited call's result starts with (``proposed``: the arguments the model wrote)."""
+        lead = f"{note}\n" if note else ""
         ledger = self._config.ledger
         key = f"{self._config.job_id}:{call.id}"
         if ledger is not None:
@@ -344,7 +393,7 @@ class CallRunner:
                 if prior.state == "done" and prior.output is not None:
                     return self._refused(
                         call,
-                        f"(already executed; recorded result)\n{prior.output}",
+                        f"{lead}(already executed; recorded result)\n{prior.output}",
                         canonical,
                         is_error=prior.output.startswith(ERROR_PREFIX),
                         confirmed_by=who,
@@ -356,9 +405,13 @@ class CallRunner:
                     canonical,
                     confirmed_by=who,
                 )
-        outcome = await self._execute(tool, model, call, canonical, confirmed_by=who)
+        outcome = await self._execute(
+            tool, model, call, canonical, confirmed_by=who, proposed=proposed
+        )
         if ledger is not None:
             await ledger.finish(key, outcome.real)
+        if lead:
+            outcome = replace(outcome, text=lead + outcome.text, real=lead + outcome.real)
         return outcome
 
     async def _execute(
@@ -370,6 +423,7 @@ class CallRunner:
         *,
         confirmed_by: str | None,
         dry_run: bool = False,
+        proposed: dict[str, object] | None = None,
     ) -> Outcome:
         if confirmed_by is not None and CONFIRMED_BY in type(model).model_fields:
             model = model.model_copy(update={CONFIRMED_BY: confirmed_by})
@@ -397,7 +451,13 @@ class CallRunner:
         if confirmed_by is not None:
             shown_args[CONFIRMED_BY] = confirmed_by
         self._emit(
-            ToolStart(call_id=call.id, tool=tool.name, arguments=shown_args, dry_run=dry_run)
+            ToolStart(
+                call_id=call.id,
+                tool=tool.name,
+                arguments=shown_args,
+                dry_run=dry_run,
+                proposed=proposed,
+            )
         )
         clock = self._config.clock
         started = clock.monotonic()

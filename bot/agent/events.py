@@ -53,6 +53,9 @@ class ToolStart:
     tool: str
     arguments: dict[str, object]
     dry_run: bool = False
+    # The arguments the model proposed, when its approver edited the call (``arguments``
+    # are then the edited ones).
+    proposed: dict[str, object] | None = None
     kind: Literal["tool_start"] = "tool_start"
 
 

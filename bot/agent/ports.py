@@ -104,6 +104,10 @@ class Approved:
     confirmed_by: str
     tool: str | None = None  # when set, must match the call (else the decision is refused)
     args_hash: str | None = None
+    # The arguments the approver edited the call to (``bot.agent.edits``): the call runs
+    # with these instead of the model's, and its result starts with the edit. ``None``:
+    # approved as proposed.
+    arguments: dict[str, object] | None = None
     # When approval was asked and given (epoch seconds), if known: the order of the
     # replies sent meanwhile is stated from them (``bot.agent.reply_order``).
     asked_at: float | None = None

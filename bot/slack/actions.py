@@ -36,7 +36,7 @@ from bot.errors import StoreError
 from bot.records import ApprovalRecord, JobRecord, Thread
 from bot.slack.assistant import card_place
 from bot.slack.blockkit import Message, mention
-from bot.slack.cards import approval_card, decided_card, reminder_message
+from bot.slack.cards import approval_card, decided_card, parse_card_value, reminder_message
 from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
 from bot.slack.status_blocks import ending_message
@@ -183,7 +183,7 @@ class Interactions:
         seq = await self.turns.stores.receipts.count(thread)  # before reading: never past it
         replies = await self.turns.stores.card_replies.of(approval)
         if replies:
-            await self._show_card(approval)
+            await self.show_card(approval)
             if acknowledge:
                 for reply in replies:
                     await self._eyes(thread.channel, reply.ts)
@@ -210,7 +210,7 @@ class Interactions:
             approval = await self.turns.stores.approvals.get(approval.job_id, approval.call_id)
         return approval
 
-    async def _show_card(self, approval: ApprovalRecord) -> None:
+    async def show_card(self, approval: ApprovalRecord) -> None:
         """Render the card with its replies and its first approval; read again and render
         again while what it shows changed meanwhile (a reply in another process, a first
         approval, a decision), so the last edit shows the last state whichever process
@@ -238,7 +238,7 @@ class Interactions:
     async def card_expired(self, approval: ApprovalRecord) -> None:
         self.edit_card(approval)
 
-    async def _tell(self, body: dict[str, Any], text: str) -> None:
+    async def tell(self, body: dict[str, Any], text: str) -> None:
         """An ephemeral note to the clicker (best effort)."""
         channel = _field(body, "channel", "id") or _field(body, "container", "channel_id")
         user = _field(body, "user", "id")
@@ -268,7 +268,7 @@ class Interactions:
         self, body: dict[str, Any], action: dict[str, Any], outcome: Literal["approved", "denied"]
     ) -> None:
         user, team_id = clicker(body)
-        job_id, _, call_id = str(action.get("value") or "").partition("|")
+        job_id, call_id, seen = parse_card_value(str(action.get("value") or ""))
         container = body.get("container")
         message_ts = str((container if isinstance(container, dict) else {}).get("message_ts") or "")
 
@@ -289,13 +289,15 @@ class Interactions:
                     by=user,
                     card_ts=message_ts or None,
                     authorize=authorize,
+                    # The edit the card showed: an Approve never approves an edit unseen.
+                    seen_edit=seen if outcome == "approved" else None,
                 )
                 if valid_job_id(job_id)
                 else Refused("unknown", UNKNOWN_CARD)
             )
         except StoreError:
             log.warning("could not record a decision", exc_info=True)
-            self._later(self._tell(body, f"Nothing changed: {UNRECORDED}."), "ephemeral")
+            self._later(self.tell(body, f"Nothing changed: {UNRECORDED}."), "ephemeral")
             return
         match verdict:
             case Accepted(record=decided, replicated=replicated):
@@ -305,13 +307,13 @@ class Interactions:
                     # The card changed: never "nothing changed, try again" (issue 29 §4).
                     then = THEN_RUNS if decided.status == "approved" else THEN_GOES_ON
                     note = UNCONFIRMED.format(outcome=decided.status, then=then)
-                    self._later(self._tell(body, note), "ephemeral")
+                    self._later(self.tell(body, note), "ephemeral")
             case FirstApproval(record=first):
                 if first.card_ts is not None:
-                    self._later(self._show_card(first), "card")
-                self._later(self._tell(body, FIRST_APPROVAL), "ephemeral")
+                    self._later(self.show_card(first), "card")
+                self._later(self.tell(body, FIRST_APPROVAL), "ephemeral")
             case Refused(text=why):
-                self._later(self._tell(body, f"Nothing changed: {why}."), "ephemeral")
+                self._later(self.tell(body, f"Nothing changed: {why}."), "ephemeral")
             case _:
                 assert_never(verdict)
 
@@ -326,7 +328,7 @@ class Interactions:
             else await self.policy.may_steer(user, requester=record.requester, team_id=team_id)
         )
         if refusal is not None:
-            self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
+            self._later(self.tell(body, f"Nothing changed: {refusal}."), "ephemeral")
             return None
         return user
 
@@ -337,7 +339,7 @@ class Interactions:
             return
         outcome = await self.turns.controls.stop(job_id, user)
         if outcome.kind == "ended":
-            self._later(self._tell(body, "Nothing changed: this job has already ended."), "eph")
+            self._later(self.tell(body, "Nothing changed: this job has already ended."), "eph")
         elif outcome.kind == "cancelled" and outcome.record is not None:
             # Nobody was running it: show the ending here.
             if outcome.approval is not None:
@@ -376,7 +378,7 @@ class Interactions:
             job_id, user, seq=int(seq) if seq.isdigit() else None
         )
         if isinstance(raised, str):
-            self._later(self._tell(body, f"Nothing changed: {raised}."), "ephemeral")
+            self._later(self.tell(body, f"Nothing changed: {raised}."), "ephemeral")
             return
         last = raised.raises[-1]
         log.info("job %s: %s raised the %s limit by %g", job_id, user, last.limit, last.amount)
@@ -393,7 +395,7 @@ class Interactions:
         if refusal is None and not await self.policy.is_approver(user):
             refusal = ONLY_APPROVERS
         if refusal is not None:
-            self._later(self._tell(body, f"Nothing changed: {refusal}."), "ephemeral")
+            self._later(self.tell(body, f"Nothing changed: {refusal}."), "ephemeral")
             return
         audit = self.turns.audit
         try:
@@ -408,11 +410,11 @@ class Interactions:
         except StoreError:
             log.warning("could not raise the daily cap for job %s", record.id, exc_info=True)
             self._later(
-                self._tell(body, "Nothing changed: storage unavailable; try again."), "ephemeral"
+                self.tell(body, "Nothing changed: storage unavailable; try again."), "ephemeral"
             )
             return
         if isinstance(outcome, str):
-            self._later(self._tell(body, f"Nothing changed: {outcome}."), "ephemeral")
+            self._later(self.tell(body, f"Nothing changed: {outcome}."), "ephemeral")
             return
         self._later(self._announce_raise(record, user, outcome), "daily cap raised")
         self.schedule(record.id)

@@ -42,7 +42,9 @@ from bot.slack import admission, assistant, feedback, home, outputs, shortcut, t
 from bot.slack.actions import Interactions
 from bot.slack.alert_poster import AlertClicks
 from bot.slack.alerts import ACTION_INVESTIGATE_ALERT
+from bot.slack.cards import ACTION_EDIT
 from bot.slack.context import Own, thread_context
+from bot.slack.edit_modal import EDIT_CALLBACK, EditModal
 from bot.slack.identity import BotIdentity
 from bot.slack.names import Names
 from bot.slack.status_blocks import ACTION_APPROVE, ACTION_CONTINUE, ACTION_DENY, ACTION_STOP
@@ -227,6 +229,9 @@ def bolt_app(
     app.event("message")(messages.on_message)
     app.action(ACTION_APPROVE)(interactions.on_approve)
     app.action(ACTION_DENY)(interactions.on_deny)
+    editing = EditModal(interactions)  # the card's Edit and its form (bot.slack.edit_modal)
+    app.action(ACTION_EDIT)(editing.on_edit)
+    app.view(EDIT_CALLBACK)(editing.on_submit)
     app.action(ACTION_STOP)(interactions.on_stop)
     app.action(ACTION_CONTINUE)(interactions.on_continue)
     if alert_clicks is not None:  # an alert message's Investigate (bot.slack.alert_poster)

@@ -5,8 +5,11 @@ Pure functions of the approval record (``bot.records.ApprovalRecord``) returning
 (``bot.slack.blockkit``), so a reason or an argument can never form a mention or a link.
 The buttons' action ids are ``bot.slack.status_blocks``'. A call that needs two different
 approvers (``bot.turns.controls.two_approvers``: a destructive call in a job an alert
-started) says so, and once approved by one, its card names them and asks for a second;
-decided, it names both.
+started, or a destructive call someone edited) says so, and once approved by one, its card
+names them and asks for a second; decided, it names both. A card of a call with arguments
+has an ``Edit`` button (``bot.slack.edit_modal``); an edited call's card shows the edited
+arguments, what changed from the proposal, and a destructive call's fresh dry run; decided,
+"Approved with edits by <@U…>". The buttons' value names the edit the card shows.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from bot.agent.edits import edit_diff
 from bot.records import ApprovalRecord, CardReply, Outcome
 from bot.slack.blockkit import (
     MAX_HEADER,
@@ -38,6 +42,7 @@ from bot.slack.blockkit import (
 from bot.slack.status_blocks import ACTION_APPROVE, ACTION_DENY
 from bot.turns.controls import two_approvers
 
+ACTION_EDIT = "opsloop_edit"  # the card's Edit button (bot.slack.edit_modal)
 CARD_TITLE_BLOCK = "opsloop_card_title"
 CARD_ACTIONS_BLOCK = "opsloop_card_actions"
 CARD_DECISION_BLOCK = "opsloop_card_decision"
@@ -53,6 +58,7 @@ ARG_VALUE_CHARS = 300
 ANYONE = "anyone in the workspace may approve"
 WHY_TWO = "an alert started this job"
 TWO_APPROVERS = f"two different approvers must approve: {WHY_TWO}"
+WHY_EDITED = "a destructive call's edit needs a second approval"
 _SKIPPED_ARGS = frozenset({"confirmed_by"})  # set from the click, never shown as the model's
 
 
@@ -75,8 +81,10 @@ def significant_arguments(arguments: Mapping[str, object]) -> list[tuple[str, st
 
 
 def _summary(record: ApprovalRecord) -> str:
-    """``restart_service (host=web-03, service=nginx)``, escaped, one line."""
-    args = ", ".join(f"{k}={one_line(v)}" for k, v in significant_arguments(record.arguments))
+    """``restart_service (host=web-03, service=nginx)``, escaped, one line (an edited
+    call's arguments as edited)."""
+    shown = record.approved_arguments
+    args = ", ".join(f"{k}={one_line(v)}" for k, v in significant_arguments(shown))
     return escaped(f"{record.tool} ({args})" if args else record.tool, 300)
 
 
@@ -125,30 +133,43 @@ def _card_body(
         blocks.append(
             section_block("*Reason*\n" + escaped(record.reason.strip(), MAX_SECTION - 12))
         )
-    args = significant_arguments(record.arguments)
+    args = significant_arguments(record.approved_arguments)
     lines = [
         f"`{escaped(k, 80)}`: {escaped(one_line(v), ARG_VALUE_CHARS)}"
         for k, v in args[:MAX_CARD_ARGS]
     ]
     if len(args) > MAX_CARD_ARGS:
         lines.append(f"_{plural(len(args) - MAX_CARD_ARGS, 'more argument')}_")
-    blocks.append(section_block("*Arguments*\n" + ("\n".join(lines) or "_none_")))
-    if record.preview:
+    head = "*Arguments*"
+    if record.edited_arguments is not None:
+        change = edit_diff(record.arguments, record.edited_arguments) or "no change"
+        head = (
+            f"*Arguments, edited by {mention(record.edited_by)}*"
+            f" (proposed: {escaped(change, ARG_VALUE_CHARS)})"
+        )
+    blocks.append(section_block(cut(head + "\n" + ("\n".join(lines) or "_none_"), MAX_SECTION)))
+    if record.edited_dry_run is not None and record.edited_arguments is not None:
+        head, tail = "*Dry run of the edited call*\n```\n", "\n```"
+        body = escape(record.edited_dry_run.strip("\n") or "(no output)").replace(
+            "```", "`\u200b``"
+        )
+        blocks.append(section_block(head + cut(body, MAX_SECTION - len(head) - len(tail)) + tail))
+    if record.preview and record.edited_arguments is None:
         head, tail = "*Will run*\n```\n", "\n```"
         body = escape(record.preview.strip("\n")).replace("```", "`\u200b``")
         blocks.append(section_block(head + cut(body, MAX_PREVIEW_CHARS) + tail))
-    if record.dry_run_output is not None:
+    if record.dry_run_output is not None and record.edited_dry_run is None:
         head, tail = "*Dry run output*\n```\n", "\n```"
         body = escape(record.dry_run_output.strip("\n") or "(no output)").replace(
             "```", "`\u200b``"
         )
         blocks.append(section_block(head + cut(body, MAX_SECTION - len(head) - len(tail)) + tail))
-    elif record.category == "destructive":  # its tool has none (``has_dry_run``)
+    elif record.category == "destructive" and not record.edited_dry_run:  # ``has_dry_run``
         blocks.append(section_block(NO_DRY_RUN))
     # Whom to ask, in an incident; with no approver policy, say that anyone may.
     who = " · approvers: " + whom_to_ask(approvers) if approvers else " · " + ANYONE
     if two_approvers(record):
-        who += " · " + TWO_APPROVERS
+        who += " · " + two_approvers_why(record)
     elif record.category == "destructive":
         who += " · the requester may not approve it"
     blocks.append(
@@ -178,7 +199,11 @@ def reminder_message(
     who = whom_to_ask(approvers) if approvers else "anyone in the channel"
     if two_approvers(record):
         first = record.first_approver
-        who += f" ({TWO_APPROVERS}" + (f"; {mention(first)} approved" if first else "") + ")"
+        who += (
+            f" ({two_approvers_why(record)}"
+            + (f"; {mention(first)} approved" if first else "")
+            + ")"
+        )
     elif record.category == "destructive":
         who += f" (not {mention(record.requester)}: two-person rule)"
     text = (
@@ -202,19 +227,19 @@ def approval_card(
     ``replies`` (what people said in the thread since it was asked) above the buttons.
     A call approved by the first of the two approvers it needs names them, and still has
     its buttons for the second."""
-    value = f"{record.job_id}|{record.call_id}"
+    value = card_value(record)
     blocks = _card_body(record, approvers, replies)
     if first := first_approval_line(record):
         blocks.append(
             context_block(f":white_check_mark: {first}", block_id=CARD_FIRST_APPROVAL_BLOCK)
         )
-    blocks.append(
-        actions_block(
-            CARD_ACTIONS_BLOCK,
-            button_element("Approve", ACTION_APPROVE, value, style="primary"),
-            button_element("Deny", ACTION_DENY, value, style="danger"),
-        )
-    )
+    buttons = [
+        button_element("Approve", ACTION_APPROVE, value, style="primary"),
+        button_element("Deny", ACTION_DENY, value, style="danger"),
+    ]
+    if any(k not in _SKIPPED_ARGS for k in record.approved_arguments):
+        buttons.insert(1, button_element("Edit", ACTION_EDIT, value))
+    blocks.append(actions_block(CARD_ACTIONS_BLOCK, *buttons))
     text = f"Approval needed: {_summary(record)} · expires at {hhmm(record.expires_at)}"
     if first:
         text += f" · {first}"
@@ -223,20 +248,60 @@ def approval_card(
     return Message(text=text, blocks=blocks)
 
 
+def card_value(record: ApprovalRecord) -> str:
+    """The buttons' value: ``job|call``, and ``|<edit tag>`` once the call was edited,
+    so a click names the edit its card showed (``ApprovalRecord.edit_tag``)."""
+    value = f"{record.job_id}|{record.call_id}"
+    return f"{value}|{record.edit_tag}" if record.edit_tag else value
+
+
+def parse_card_value(value: str) -> tuple[str, str, str]:
+    """``(job id, call id, edit tag)`` of a button's value (the tag ``""``: unedited)."""
+    job_id, _, rest = value.partition("|")
+    call_id, _, tag = rest.partition("|")
+    return job_id, call_id, tag
+
+
+def two_approvers_why(record: ApprovalRecord) -> str:
+    """Why the call needs two different approvers, for its card."""
+    if record.edited_by is not None:
+        return f"two different approvers must approve: {WHY_EDITED}"
+    return TWO_APPROVERS
+
+
 def first_approval_line(record: ApprovalRecord) -> str | None:
     """``Approved by <@U1> · a second approver is needed: …`` on a pending card its
-    first approver approved; None otherwise."""
+    first approver approved (``Edited and approved by`` when their approval was an edit);
+    None otherwise."""
     if record.status != "pending" or not record.first_approver:
         return None
+    if record.edited_by is not None and record.edited_by == record.first_approver:
+        return (
+            f"Edited and approved by {mention(record.first_approver)} · a second approver is "
+            f"needed: {WHY_EDITED}"
+        )
     return f"Approved by {mention(record.first_approver)} · a second approver is needed: {WHY_TWO}"
 
 
 def decision_line(
-    outcome: Outcome, by: str | None, at: datetime | float, *, first: str | None = None
+    outcome: Outcome,
+    by: str | None,
+    at: datetime | float,
+    *,
+    first: str | None = None,
+    edited_by: str | None = None,
 ) -> str:
     """``Approved by <@U…> at 14:05 UTC``, ``Denied by …``, ``Expired at …``, ``Cancelled by …``;
     with the ``first`` of two approvers, ``Approved by <@U1> and <@U2> at …`` (any other
-    outcome names them after it)."""
+    outcome names them after it); an approval with edits, ``Approved with edits by <@U1>
+    at …`` (a destructive call's: ``Approved with edits by <@U1> and approved by <@U2>``)."""
+    if outcome == "approved" and edited_by:
+        if first and first == edited_by and by != edited_by:
+            return (
+                f"Approved with edits by {mention(edited_by)} and approved by {mention(by)}"
+                f" at {hhmm(at)}"
+            )
+        return f"Approved with edits by {mention(edited_by)} at {hhmm(at)}"
     if outcome == "approved" and first:
         return f"Approved by {mention(first)} and {mention(by)} at {hhmm(at)}"
     if outcome == "expired":
@@ -271,7 +336,7 @@ def decided_card(
     the actions block and any earlier decision line are dropped.
     """
     if isinstance(card, ApprovalRecord):
-        line = decision_line(outcome, by, at, first=card.first_approver)
+        line = decision_line(outcome, by, at, first=card.first_approver, edited_by=card.edited_by)
         blocks, subject = _card_body(card, replies=replies), _summary(card)
     else:
         line = decision_line(outcome, by, at)

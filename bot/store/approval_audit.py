@@ -2,7 +2,8 @@
 
 ``bot.store.approvals`` stages them in the same script as the fact (``bot.store.staging``):
 the request's entry whole, the decision's as a head the deciding script completes with
-what only the stored record knows (the tool, the arguments hash, the card).
+what only the stored record knows (the tool, the arguments hash, the card; an approval
+with edits: who edited and the approved ``arguments``, beside the request's proposed ones).
 """
 
 from __future__ import annotations
@@ -57,4 +58,4 @@ def decided_entry_head(
         call_id=call_id,
         outcome=outcome,
     )
-    return head_json(entry, completed_with=("tool", "args_hash", "detail"))
+    return head_json(entry, completed_with=("tool", "args_hash", "detail", "arguments"))

@@ -51,8 +51,11 @@ return 1
 # decision stages its audit entry, completed with what only the record knows (the tool,
 # the arguments hash, the card, who approved first when two approvers were needed), in
 # the same script.
-# Returns {verdict, field, value, ...}; verdict is won | decided | expired | stale | early,
-# or {'missing'} when there is no record.
+# ARGV[8]: the edited arguments (JSON) an approval with edits decides with ('' = none);
+# ARGV[9]: the edit the decider saw (its tag, '' = none; '*' = not checked): a card edited
+# since is 'changed', never approved unseen.
+# Returns {verdict, field, value, ...}; verdict is won | decided | expired | stale | early |
+# changed, or {'missing'} when there is no record.
 DECIDE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'missing'}
@@ -61,6 +64,9 @@ local outcome, by, want, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local verdict = 'won'
 local expires_at = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
 local current = redis.call('HGET', KEYS[1], 'status')
+local shown = redis.call('HGET', KEYS[1], 'edited_args')
+local tag = ''
+if shown then tag = string.sub(redis.sha1hex(shown), 1, 12) end
 if current ~= 'pending' then
   verdict = 'decided'
   if ARGV[7] == '1' then  -- replication asked for: the WAIT behind must cover the decision
@@ -72,6 +78,8 @@ elseif want ~= '' and want ~= redis.call('HGET', KEYS[1], 'args_hash') then
   verdict = 'stale'
 elseif outcome == 'expired' and now < expires_at then
   verdict = 'early'
+elseif ARGV[9] ~= '*' and ARGV[9] ~= tag and outcome ~= 'expired' then
+  verdict = 'changed'
 else
   -- The entry first: a script that fails half-way is not rolled back, so every read
   -- that could fail comes before the first write.
@@ -86,7 +94,17 @@ else
   if first then
     entry = entry .. ',"first_approver":' .. cjson.encode(first)
   end
-  entry = entry .. '}}'
+  local approved = shown
+  if outcome == 'approved' and ARGV[8] ~= '' then
+    approved = ARGV[8]
+    redis.call('HSET', KEYS[1], 'edited_args', ARGV[8], 'edited_by', by)
+  end
+  if outcome == 'approved' and approved then
+    local editor = redis.call('HGET', KEYS[1], 'edited_by') or by
+    entry = entry .. ',"edited_by":' .. cjson.encode(editor) .. '},"arguments":' .. approved .. '}'
+  else
+    entry = entry .. '}}'
+  end
   redis.call('HSET', KEYS[1], 'status', outcome, 'decided_at', ARGV[4], 'card_owed', '1')
   if by ~= '' then
     redis.call('HSET', KEYS[1], 'decided_by', by)
@@ -134,4 +152,35 @@ if how == 'first' and (redis.call('HGET', KEYS[1], 'status') ~= 'pending'
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
+"""
+
+# KEYS[1] approval hash. ARGV: the edited arguments (JSON), the editor, the edited call's
+# dry run, now, the edit the editor saw (its tag, '' = none), the arguments hash the card
+# was made for. A destructive call's edit: while pending and valid, the edit is stored as
+# the call's first approval (the editor's), to be decided by a second person.
+# Returns {verdict, field, value, ...}: verdict is won | decided | expired | stale | changed;
+# {'missing'} when there is no record.
+EDIT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'missing'}
+end
+local verdict = 'won'
+local shown = redis.call('HGET', KEYS[1], 'edited_args')
+local tag = ''
+if shown then tag = string.sub(redis.sha1hex(shown), 1, 12) end
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
+  verdict = 'decided'
+elseif tonumber(ARGV[4]) >= tonumber(redis.call('HGET', KEYS[1], 'expires_at')) then
+  verdict = 'expired'
+elseif ARGV[6] ~= redis.call('HGET', KEYS[1], 'args_hash') then
+  verdict = 'stale'
+elseif ARGV[5] ~= tag then
+  verdict = 'changed'
+else
+  redis.call('HSET', KEYS[1], 'edited_args', ARGV[1], 'edited_by', ARGV[2],
+             'edited_dry_run', ARGV[3], 'first_approver', ARGV[2])
+end
+local out = redis.call('HGETALL', KEYS[1])
+table.insert(out, 1, verdict)
+return out
 """

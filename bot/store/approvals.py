@@ -19,6 +19,13 @@ The fields that change are plain hash fields and ``data`` never changes, so the 
 that decides reads and writes strings only (no cjson, no float re-encoding) and a
 card-ts write can never be lost to a concurrent decision. ``get`` merges the two.
 
+Approve with edits: ``edited_args`` (JSON), ``edited_by`` and ``edited_dry_run`` are
+hash fields too. A mutating call's edit is its decision (``decide`` with ``edited``); a
+destructive call's is stored by ``edit`` as the editor's first approval, with the edited
+call's dry run, for a second person to decide. Every click and form names the edit it saw
+(``ApprovalRecord.edit_tag``), and the scripts refuse one that does not match the card's
+edit now (``REFUSED_CHANGED``): nobody approves arguments they never saw.
+
 A call that needs two different approvers (the rule is the caller's: ``bot.turns.controls``)
 gets its first approval recorded by ``first_approval`` (the record stays pending) and is
 then decided as any other; the decision's audit entry names the first approver. The
@@ -61,6 +68,7 @@ from dataclasses import dataclass
 from bot.agent.ports import Approved, Denied
 from bot.errors import StoreError
 from bot.records import ApprovalRecord as ApprovalRecord
+from bot.records import edited_json
 from bot.records import Outcome as Outcome
 from bot.records import Status as Status
 from bot.store.approval_audit import decided_entry_head, requested_entry
@@ -68,7 +76,7 @@ from bot.store.approval_index import CARD_EDIT_GRACE_S as CARD_EDIT_GRACE_S
 from bot.store.approval_index import CARD_EDIT_RETRY_S as CARD_EDIT_RETRY_S
 from bot.store.approval_index import ApprovalIndex, index_member
 from bot.store.approval_index import parse_index_member as parse_index_member
-from bot.store.approval_scripts import CLAIM_CARD, CREATE, DECIDE, SET_FIELD
+from bot.store.approval_scripts import CLAIM_CARD, CREATE, DECIDE, EDIT, SET_FIELD
 from bot.store.audit import OUTBOX_TTL_S, tag_of_job
 from bot.store.connection import hash_reply, translated
 from bot.store.failover import retried
@@ -83,12 +91,24 @@ APPROVAL_RETENTION_S = 30 * 24 * 3600
 REFUSED_EXPIRED = "this approval has expired"
 REFUSED_STALE = "the card no longer matches the call"
 REFUSED_EARLY = "this approval has not expired yet"
+REFUSED_CHANGED = "the card was edited since you looked at it; look at it again"
 
 # Slack user ids (``U…``, ``W…`` on Enterprise Grid): ``confirmed_by`` is always the raw
 # id, never a mention such as ``<@U123>``.
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
 _MUTABLE = frozenset(
-    {"status", "card_ts", "decided_by", "decided_at", "card_owed", "replies_seq", "first_approver"}
+    {
+        "status",
+        "card_ts",
+        "decided_by",
+        "decided_at",
+        "card_owed",
+        "replies_seq",
+        "first_approver",
+        "edited_arguments",
+        "edited_by",
+        "edited_dry_run",
+    }
 )
 POSTING = "posting:"  # card_ts while a process posts the card (claim_card)
 CARD_CLAIM_S = 30.0
@@ -120,6 +140,10 @@ def _from_hash(fields: dict[str, str]) -> ApprovalRecord:
         data["card_ts"] = None if card is not None and card.startswith(POSTING) else card
         data["decided_by"] = fields.get("decided_by") or None
         data["first_approver"] = fields.get("first_approver") or None
+        edited = fields.get("edited_args")
+        data["edited_arguments"] = json.loads(edited) if edited else None
+        data["edited_by"] = fields.get("edited_by") or None
+        data["edited_dry_run"] = fields.get("edited_dry_run") or None
         data["card_owed"] = fields.get("card_owed") == "1"
         data["replies_seq"] = int(fields.get("replies_seq") or 0)
         raw_at = fields.get("decided_at")
@@ -171,6 +195,7 @@ class Approvals(ApprovalIndex):
     _decide = Lua(DECIDE)
     _set_field = Lua(SET_FIELD)
     _claim_card = Lua(CLAIM_CARD)
+    _edit = Lua(EDIT)
 
     def _staged(self, tag: str) -> None:
         if self.on_audit is not None:
@@ -298,6 +323,8 @@ class Approvals(ApprovalIndex):
         by: str | None,
         args_hash: str | None,
         now: float,
+        edited: dict[str, object] | None = None,
+        seen_edit: str | None = None,
     ) -> DecideResult | None:
         """Move a pending approval to ``outcome``; exactly one concurrent caller wins.
 
@@ -305,7 +332,13 @@ class Approvals(ApprovalIndex):
         ``args_hash``, when given, must equal the stored one (the card binds to the
         call). Approve and deny are refused from ``expires_at`` on; ``expired`` only
         from then. ``None`` when there is no such approval (a forged or very old card).
+        ``edited``: an approval with edits, the arguments the call runs with (stored with
+        the decision, ``by`` as their editor). ``seen_edit``: the edit the decider saw
+        (``ApprovalRecord.edit_tag``; ``None``: not checked): a card edited since is
+        refused (``REFUSED_CHANGED``), so nobody approves arguments they never saw.
         """
+        if edited is not None and outcome != "approved":
+            raise ValueError("only an approval carries edited arguments")
         if outcome in ("approved", "denied") and not by:
             raise ValueError(f"{outcome} needs the deciding user")
         if by:
@@ -340,6 +373,8 @@ class Approvals(ApprovalIndex):
                     decided_entry_head(job_id, call_id, outcome=outcome, by=by, at=now),
                     OUTBOX_TTL_S,
                     self.replication.touch,
+                    edited_json(edited) if edited is not None else "",
+                    "*" if seen_edit is None else seen_edit,
                 ],
             )
             if refused is not None:
@@ -380,7 +415,46 @@ class Approvals(ApprovalIndex):
                 return DecideResult(won=False, record=record, refusal=REFUSED_STALE)
             case "early":
                 return DecideResult(won=False, record=record, refusal=REFUSED_EARLY)
+            case "changed":
+                return DecideResult(won=False, record=record, refusal=REFUSED_CHANGED)
         raise StoreError(f"approval decide: unexpected verdict {verdict!r}")
+
+    async def edit(
+        self,
+        job_id: str,
+        call_id: str,
+        *,
+        edited: dict[str, object],
+        by: str,
+        dry_run: str,
+        seen_edit: str,
+        args_hash: str,
+        now: float,
+    ) -> DecideResult | None:
+        """A destructive call's approval with edits: store the ``edited`` arguments and
+        their ``dry_run`` on the pending approval as ``by``'s first approval (a second
+        person decides it). Refused when decided, expired, no longer for ``args_hash``,
+        or edited since ``by`` saw it (``seen_edit``); ``None`` when there is none."""
+        _check_user(by)
+        async with translated("approval edit"):
+            reply = await self._edit(
+                keys=[self.keys.approval(job_id, call_id)],
+                args=[edited_json(edited), by, dry_run, repr(float(now)), seen_edit, args_hash],
+            )
+        reply = [str(r) for r in reply]
+        verdict = reply[0]
+        if verdict == "missing":
+            return None
+        record = _from_hash(hash_reply(reply[1:]))
+        refusals = {
+            "decided": refusal_text(record),
+            "expired": REFUSED_EXPIRED,
+            "stale": REFUSED_STALE,
+            "changed": REFUSED_CHANGED,
+        }
+        if verdict == "won":
+            return DecideResult(won=True, record=record)
+        return DecideResult(won=False, record=record, refusal=refusals.get(verdict, verdict))
 
     async def card_edited(self, job_id: str, call_id: str) -> None:
         """The decided card shows its decision: nothing is owed any more."""
@@ -407,6 +481,7 @@ def to_decision(record: ApprovalRecord) -> Approved | Denied:
                 args_hash=record.args_hash,
                 asked_at=asked,
                 decided_at=at,
+                arguments=record.edited_arguments,
             )
         case "denied":
             reason = f"denied by <@{by}>" if by else "denied"

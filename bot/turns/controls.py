@@ -36,6 +36,7 @@ from bot.agent.state import StopReason
 from bot.alerts.text import REQUESTER as ALERT_REQUESTER
 from bot.errors import StoreError
 from bot.store.approvals import (
+    REFUSED_CHANGED,
     REFUSED_EXPIRED,
     REFUSED_STALE,
     ApprovalRecord,
@@ -60,8 +61,12 @@ SECOND_APPROVER = "a second, different approver must approve"
 
 def two_approvers(approval: ApprovalRecord) -> bool:
     """Whether the call needs two different approvers: a destructive call in a job no
-    person asked for (an alert started it), where no requester stands behind it."""
-    return approval.category == "destructive" and approval.requester == ALERT_REQUESTER
+    person asked for (an alert started it), where no requester stands behind it, or a
+    destructive call someone edited (their edit is the first approval,
+    ``bot.turns.edits``)."""
+    return approval.category == "destructive" and (
+        approval.requester == ALERT_REQUESTER or approval.edited_by is not None
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +146,13 @@ class Controls:
         card_ts: str | None,
         authorize: Authorize,
         args_hash: str | None = None,
+        edited: dict[str, object] | None = None,
+        seen_edit: str | None = None,
     ) -> Verdict:
         """Judge a click on the card ``card_ts`` of approval ``job_id``/``call_id`` and, when
-        nothing refuses it, record the decision (see the module docstring)."""
+        nothing refuses it, record the decision (see the module docstring). ``edited``: an
+        approval with edits (``bot.turns.edits``); ``seen_edit``: the edit the card the
+        decider saw showed (``None``: not checked)."""
         approval = await self.approvals.get(job_id, call_id) if call_id else None
         if approval is None:
             return Refused("unknown", UNKNOWN_CARD)
@@ -168,11 +177,20 @@ class Controls:
             return Refused("stale", REFUSED_STALE)
         if (refusal := await authorize(approval)) is not None:
             return Refused("not_allowed", refusal)
+        if seen_edit is not None and seen_edit != approval.edit_tag:
+            return Refused("stale", REFUSED_CHANGED)
         if outcome == "approved" and two_approvers(approval):
             if (first := await self._first_approval(approval, by)) is not None:
                 return first
         result = await self.approvals.decide(
-            job_id, call_id, outcome=outcome, by=by, args_hash=args_hash, now=time.time()
+            job_id,
+            call_id,
+            outcome=outcome,
+            by=by,
+            args_hash=args_hash,
+            now=time.time(),
+            edited=edited,
+            seen_edit=seen_edit,
         )
         if result is None:
             return Refused("unknown", UNKNOWN_CARD)
@@ -181,7 +199,7 @@ class Controls:
                 "expired"
                 if result.refusal == REFUSED_EXPIRED
                 else "stale"
-                if result.refusal == REFUSED_STALE
+                if result.refusal in (REFUSED_STALE, REFUSED_CHANGED)
                 else "decided"
             )
             return Refused(reason, result.refusal or ALREADY_DECIDED)

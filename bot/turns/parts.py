@@ -10,6 +10,8 @@ that acts:
 - ``runner`` (``bot.turns.run``): runs and resumes jobs under the thread's lease;
 - ``cards`` (``bot.turns.cards``): posts a paused job's approval card, finds it again;
 - ``controls`` (``bot.turns.controls``): Approve, Deny, Stop and Continue;
+- ``edits`` (``bot.turns.edits``, made from the controls and the catalogue): Approve
+  with edits;
 - ``audit`` (``bot.turns.audit``): chains the audit entries the stores stage.
 """
 
@@ -21,6 +23,7 @@ from bot.store.parts import Stores
 from bot.turns.audit import AuditPublisher
 from bot.turns.cards import Cards
 from bot.turns.controls import Controls
+from bot.turns.edits import Edits
 from bot.turns.receive import Receiver
 from bot.turns.run import JobRunner, TurnSettings
 from tools.registry import Catalog
@@ -43,6 +46,11 @@ class Turns:
     def catalog(self) -> Catalog:
         """The tools jobs of this process may use."""
         return self.runner.catalog
+
+    @property
+    def edits(self) -> Edits:
+        """Approve with edits: the form of a pending call and its submission."""
+        return Edits(self.controls, self.catalog)
 
     @property
     def settings(self) -> TurnSettings:

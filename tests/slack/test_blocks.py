@@ -21,7 +21,7 @@ from bot.slack.blockkit import (
     unescape,
     validate,
 )
-from bot.slack.cards import approval_card, decided_card
+from bot.slack.cards import ACTION_EDIT, approval_card, decided_card
 from bot.slack.status_blocks import (
     ACTION_APPROVE,
     ACTION_CONTINUE,
@@ -431,6 +431,12 @@ def test_approval_card_exact() -> None:
                         "action_id": ACTION_APPROVE,
                         "value": value,
                         "style": "primary",
+                    },
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Edit"},
+                        "action_id": ACTION_EDIT,
+                        "value": value,
                     },
                     {
                         "type": "button",

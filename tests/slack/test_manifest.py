@@ -64,6 +64,8 @@ SCOPES: dict[str, str | None] = {
     "assistant_threads_setSuggestedPrompts": "assistant:write",
     "assistant_threads_setTitle": "assistant:write",
     "views_publish": None,
+    "views_open": None,  # no scope: a trigger_id is the permission
+    "views_update": None,
     "files_upload_v2": "files:write",
     "files_getUploadURLExternal": "files:write",
     "files_completeUploadExternal": "files:write",
