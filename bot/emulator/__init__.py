@@ -7,10 +7,14 @@
   ``slack_wire`` what it speaks (ids, limits, message shapes, errors, request params);
   ``slack_socket`` Slack's side of Socket Mode on the same server;
   ``slack_assistant`` the assistant pane's methods (suggested prompts, title) and
-  ``views.publish`` (App Home), refusing what Slack refuses; ``context_actions`` the
-  ``context_actions`` block with its ``feedback_buttons``, checked as Slack checks them.
+  ``views.publish`` (App Home), refusing what Slack refuses; ``slack_views`` modals
+  (``views.open``/``update``/``push`` with Slack's trigger ids, the views held, the bot's
+  answer to a submission judged) and ``slack_modal`` what Slack refuses in a modal;
+  ``context_actions`` the ``context_actions`` block with its ``feedback_buttons``, checked
+  as Slack checks them.
 - ``sender``: Slack's direction towards the bot, once: v0-signed ``event_callback`` envelopes,
-  ``block_actions`` bodies (feedback clicks too) and ``message_action`` shortcuts, posted
+  ``block_actions`` bodies (feedback clicks too), ``message_action`` shortcuts and
+  ``view_submission`` payloads, with trigger ids that carry their time and user, posted
   with Slack's 3 s ack timeout and retries.
 - ``model_server``: the scripted model server (OpenAI chat completions, the model list, a
   strict mode refusing what vLLM refuses); ``anthropic`` its Anthropic Messages rendering;

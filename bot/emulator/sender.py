@@ -31,6 +31,15 @@ Slack does not retry interactivity requests, nor does the emulator. A click on t
 opsloop") goes out as a ``message_action`` (:func:`message_action`): the same form and
 signature, the message as Slack holds it, the user and a ``response_url``.
 
+Every interactivity payload carries a fresh ``trigger_id`` (:func:`trigger_id`): shaped like
+Slack's, it holds its issue time in milliseconds and the acting user, which the fake Slack
+reads back (:func:`read_trigger`) to refuse one that is expired (after
+:data:`TRIGGER_TTL_S`) and to open a modal for its user. A **modal submission** is a
+``view_submission`` (:func:`view_submission`): the view as Slack holds it, with the state
+of its inputs (``bot.emulator.slack_wire.view_state``), sent like a click; the bot's answer
+to it is in the body, which :func:`post_signed_answer` keeps (``bot.emulator.slack_views``
+judges it).
+
 Every attempt, event or click, is one :class:`Delivery`; :func:`post_signed` makes it and
 turns every failure into a status (:data:`NO_ANSWER`) and a reason, never an exception.
 """
@@ -38,9 +47,11 @@ turns every failure into a status (:data:`NO_ANSWER`) and a reason, never an exc
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import time
 import uuid
@@ -51,7 +62,14 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from bot.emulator.slack_wire import APP_ID, BOT_USER_ID, TEAM_ID, Message
+from bot.emulator.slack_wire import (
+    APP_ID,
+    BOT_USER_ID,
+    TEAM_ID,
+    Message,
+    Submitted,
+    view_state,
+)
 
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
@@ -303,9 +321,41 @@ def feedback_action(element: Mapping[str, Any], *, positive: bool) -> dict[str, 
     }
 
 
-def _trigger_id() -> str:
-    """A fresh ``trigger_id``, shaped like Slack's."""
-    return f"{int(time.time())}.{secrets.randbelow(10**12)}.{uuid.uuid4().hex}"
+TRIGGER_TTL_S = 3.0  # Slack: a trigger_id is good for one views.open/push within 3 s
+_TRIGGER = re.compile(r"^(\d{1,16})\.(\d{1,16})\.([0-9a-f]{32})([0-9a-f]{0,200})$")
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """What a ``trigger_id`` made here says: when it was issued and for whom."""
+
+    issued_at: float  # seconds since the epoch, to the millisecond
+    user: str | None  # the user whose interaction issued it (None: not said)
+
+
+def trigger_id(user: str | None = None, *, issued_at: float | None = None) -> str:
+    """A fresh ``trigger_id`` shaped like Slack's (``"<digits>.<digits>.<hex>"``), carrying
+    its issue time in milliseconds (now unless ``issued_at``, so a test can make one that
+    is already expired) and the user it was issued to, as the fake Slack reads them back
+    (:func:`read_trigger`): Slack knows a trigger's user and age, and so must the fake."""
+    at = time.time() if issued_at is None else issued_at
+    who = user.encode().hex() if user else ""
+    return f"{int(at * 1000)}.{secrets.randbelow(10**12)}.{uuid.uuid4().hex}{who}"
+
+
+def read_trigger(value: object) -> Trigger | None:
+    """The issue time and user of a :func:`trigger_id`; None when it is not one."""
+    match = _TRIGGER.match(value) if isinstance(value, str) else None
+    if match is None:
+        return None
+    try:
+        user = bytes.fromhex(match.group(4)).decode() or None
+    except ValueError:
+        return None
+    return Trigger(int(match.group(1)) / 1000, user)
+
+
+_trigger_id = trigger_id  # the name the interactivity payloads have always used
 
 
 class ActedOn(TypedDict):
@@ -335,7 +385,7 @@ def _interaction(kind: str, acted: ActedOn) -> dict[str, Any]:
         "is_enterprise_install": False,
         "enterprise": None,
         "api_app_id": acted.get("api_app_id", APP_ID),
-        "trigger_id": _trigger_id(),
+        "trigger_id": _trigger_id(acted["user_id"]),
         "response_url": acted["response_url"],
         "message": dict(acted["message"]),
     }
@@ -390,6 +440,36 @@ def block_actions(
     }
 
 
+def view_submission(
+    view: Mapping[str, Any],
+    *,
+    user_id: str,
+    user_name: str,
+    values: Mapping[str, Submitted] | None = None,
+    raw: Mapping[str, Mapping[str, Any]] | None = None,
+    team: str = TEAM_ID,
+    api_app_id: str = APP_ID,
+) -> dict[str, Any]:
+    """The ``view_submission`` payload of ``user_id`` pressing a modal's submit button:
+    ``view`` as Slack holds it (``id``, ``hash``, ``callback_id``, ``private_metadata``…,
+    e.g. ``HeldView.view`` of the fake Slack) with its ``state`` (:func:`view_state` of
+    ``values`` and ``raw``), and a fresh ``trigger_id`` (a ``views.push`` may use it)."""
+    submitted = copy.deepcopy(dict(view))
+    submitted["state"] = view_state(view, values, raw)
+    return {
+        "type": "view_submission",
+        "team": {"id": team, "domain": TEAM_DOMAIN},
+        "user": {"id": user_id, "username": user_name, "name": user_name, "team_id": team},
+        "api_app_id": api_app_id,
+        "token": VERIFICATION_TOKEN,
+        "trigger_id": trigger_id(user_id),
+        "view": submitted,
+        "response_urls": [],
+        "is_enterprise_install": False,
+        "enterprise": None,
+    }
+
+
 def form_body(payload: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
     """An interactivity request's body (``payload=<json>``, form-encoded) and headers."""
     body = urlencode({"payload": json.dumps(payload)}).encode()
@@ -397,6 +477,47 @@ def form_body(payload: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
 
 
 # ---- sending --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BotAnswer:
+    """The bot's answer to one signed POST: its status (:data:`NO_ANSWER` without one),
+    why it failed, ``X-Slack-No-Retry``, and its body (up to the bound read)."""
+
+    status: int
+    reason: str | None
+    no_retry: bool = False
+    body: bytes = b""
+
+
+async def post_signed_answer(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    secret: str,
+    ack_timeout: float,
+    max_bytes: int = MAX_ANSWER_BYTES,
+) -> BotAnswer:
+    """POST to the bot, signed now; its answer, the body's first ``max_bytes`` kept (a
+    ``view_submission``'s ``response_action`` is in it). Never raises for the bot's faults."""
+    signed = {**headers, **sign(body, secret)}
+    try:
+        async with asyncio.timeout(ack_timeout):
+            async with session.post(
+                url, data=body, headers=signed, allow_redirects=False
+            ) as response:
+                read = await response.content.read(max_bytes)
+                no_retry = response.headers.get("X-Slack-No-Retry") == "1"
+                ok = 200 <= response.status < 300
+                return BotAnswer(response.status, None if ok else "http_error", no_retry, read)
+    except TimeoutError:
+        return BotAnswer(NO_ANSWER, "http_timeout")
+    except aiohttp.ClientConnectorError:
+        return BotAnswer(NO_ANSWER, "connection_failed")
+    except (aiohttp.ClientError, OSError):
+        return BotAnswer(NO_ANSWER, "http_error")
 
 
 async def post_signed(
@@ -409,22 +530,10 @@ async def post_signed(
     ack_timeout: float,
 ) -> Sent:
     """POST to the bot, signed now: (status, failure reason, X-Slack-No-Retry)."""
-    signed = {**headers, **sign(body, secret)}
-    try:
-        async with asyncio.timeout(ack_timeout):
-            async with session.post(
-                url, data=body, headers=signed, allow_redirects=False
-            ) as response:
-                await response.content.read(MAX_ANSWER_BYTES)
-                no_retry = response.headers.get("X-Slack-No-Retry") == "1"
-                ok = 200 <= response.status < 300
-                return response.status, None if ok else "http_error", no_retry
-    except TimeoutError:
-        return NO_ANSWER, "http_timeout", False
-    except aiohttp.ClientConnectorError:
-        return NO_ANSWER, "connection_failed", False
-    except (aiohttp.ClientError, OSError):
-        return NO_ANSWER, "http_error", False
+    answer = await post_signed_answer(
+        session, url, body, headers, secret=secret, ack_timeout=ack_timeout
+    )
+    return answer.status, answer.reason, answer.no_retry
 
 
 async def deliver_event(
@@ -470,8 +579,11 @@ __all__ = [
     "RETRY_DELAYS_S",
     "USER_AGENT",
     "VERIFICATION_TOKEN",
+    "TRIGGER_TTL_S",
     "ActedOn",
+    "BotAnswer",
     "Delivery",
+    "Trigger",
     "EnvelopeOptions",
     "app_home_opened",
     "assistant_thread_event",
@@ -489,6 +601,10 @@ __all__ = [
     "message_action",
     "new_event_id",
     "post_signed",
+    "post_signed_answer",
+    "read_trigger",
     "retried",
     "sign",
+    "trigger_id",
+    "view_submission",
 ]

@@ -16,9 +16,11 @@ Sending events *to* the bot (signed requests) does not belong here: that is
 
 This module owns the server: the method table, tokens, injected failures and holds, the
 record of calls, seeding and reading back, and the methods about the workspace itself
-(``auth.test``, users, channels, usergroups, ``views.*``). The messages and the methods
-that post, edit and read them are ``bot.emulator.slack_chat``'s; the assistant pane's are
-``bot.emulator.slack_assistant``'s, file uploads ``bot.emulator.slack_files``'s. Slack's wire
+(``auth.test``, users, channels, usergroups). The messages and the methods that post, edit
+and read them are ``bot.emulator.slack_chat``'s; the assistant pane's and App Home's are
+``bot.emulator.slack_assistant``'s, file uploads ``bot.emulator.slack_files``'s, modals
+(``views.open``/``update``/``push``, trigger ids, judging a submission's answer)
+``bot.emulator.slack_views``' (``slack.views``). Slack's wire
 shapes, limits, errors and request parsing are in ``bot.emulator.slack_wire``; the names
 users of the fake need (``Message``, ``BOT_USER_ID``, ``block_errors``, …) are re-exported
 here.
@@ -40,6 +42,7 @@ from bot.emulator.app_server import AppServer, StartStop
 from bot.emulator.slack_assistant import install as install_pane
 from bot.emulator.slack_chat import DEFAULT_REPLIES_LIMIT, Chat, TsClock
 from bot.emulator.slack_files import FakeFiles
+from bot.emulator.slack_views import SlackViews
 from bot.emulator.slack_wire import (
     BOT_ID,
     BOT_NAME,
@@ -150,16 +153,12 @@ class FakeSlack(StartStop):
         self._port: int | None = None
         self._server = AppServer()
         self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
-        self._views = 0
         self._changed = asyncio.Condition()
         self._methods: dict[str, Callable[[Params], Reply]] = {
             "auth.test": self._auth_test,
             "usergroups.users.list": self._usergroup_users,
             "users.info": self._user_info,
             "conversations.info": self._conversation_info,
-            "views.open": self._view,
-            "views.update": self._view,
-            "views.push": self._view,
         }
         self._app_token_methods: set[str] = set()  # methods called with the xapp- token
         self._holds: dict[str, asyncio.Event] = {}
@@ -169,6 +168,7 @@ class FakeSlack(StartStop):
         self._state = self.chat.state  # the messages, ephemerals, reactions and statuses held
         self.files = FakeFiles(self)  # the v2 upload: files.getUploadURLExternal, …
         self.pane = install_pane(self)  # setSuggestedPrompts, setTitle, views.publish
+        self.views = SlackViews(self)  # views.open, .update, .push; submissions judged
 
     def add_method(
         self, name: str, handler: Callable[[Params], Reply], *, app_token: bool = False
@@ -338,6 +338,11 @@ class FakeSlack(StartStop):
                 seen = [call.method for call in self.calls]
                 raise TimeoutError(f"condition not met within {timeout}s; calls: {seen}") from None
 
+    async def notify(self) -> None:
+        """Wake every :meth:`wait_for` (after a change made outside a Web API call)."""
+        async with self._changed:
+            self._changed.notify_all()
+
     async def wait_for_call(
         self,
         method: str,
@@ -438,11 +443,3 @@ class FakeSlack(StartStop):
         if channel is None:
             raise SlackError("channel_not_found")
         return {"channel": copy.deepcopy(channel)}
-
-    def _view(self, params: Params) -> Reply:
-        view = params.get("view")
-        if not isinstance(view, dict):
-            raise SlackError("invalid_arguments")
-        self._views += 1
-        view_id = params.get("view_id") or f"V{self._views:04d}"
-        return {"view": {**view, "id": view_id, "team_id": TEAM_ID}}

@@ -3,11 +3,13 @@
 ``apps.connections.open`` (with the app-level ``xapp-`` token) answers a one-time
 ``ws://`` URL on the fake's own port; a client that connects gets Slack's ``hello``, and
 then the envelopes a test sends: ``events_api`` (the same ``event_callback`` body the
-Events API posts) and ``interactive`` (a ``block_actions`` payload as JSON). Slack waits
-for an ack naming the envelope id and redelivers an envelope that is not acked (with
-``retry_attempt`` and ``retry_reason``); ``send`` returns the ack or ``None`` after its
-timeout so a test can do the same. ``disconnect`` sends Slack's ``disconnect`` message,
-after which a client opens a new connection, as it must when Slack refreshes one::
+Events API posts) and ``interactive`` (a ``block_actions`` or ``view_submission`` payload
+as JSON). Slack waits for an ack naming the envelope id and redelivers an envelope that is
+not acked (with ``retry_attempt`` and ``retry_reason``); ``send`` returns the ack (with
+the ``payload`` bolt answers a submission with) or ``None`` after its timeout so a test
+can do the same, and ``submit_view`` judges a submission's ack as Slack does.
+``disconnect`` sends Slack's ``disconnect`` message, after which a client opens a new
+connection, as it must when Slack refreshes one::
 
     slack = FakeSlack()
     socket = FakeSocketMode(slack)   # before slack.start()
@@ -29,6 +31,7 @@ from typing import Any, Literal
 from aiohttp import WSMsgType, web
 
 from bot.emulator.slack import FakeSlack
+from bot.emulator.slack_views import ViewAnswer
 from bot.emulator.slack_wire import APP_ID, Params, Reply
 
 SOCKET_PATH = "/socket-mode"
@@ -108,6 +111,13 @@ class FakeSocketMode:
     ) -> dict[str, Any] | None:
         """A ``block_actions`` (or other interactivity) payload, as an ``interactive`` envelope."""
         return await self.send("interactive", payload, **options)
+
+    async def submit_view(self, payload: dict[str, Any], *, timeout: float = 3.0) -> ViewAnswer:  # noqa: ASYNC109
+        """A ``view_submission`` payload (``sender.view_submission``) as an ``interactive``
+        envelope; the ack judged as Slack does (``slack.views.answer_ack``: bolt puts the
+        ``response_action`` in the ack's ``payload``; no ack in time is refused)."""
+        ack = await self.send_interactive(payload, timeout=timeout)
+        return await self._slack.views.answer_ack(str(payload["view"]["id"]), ack)
 
     async def disconnect(self, reason: str = "refresh_requested") -> None:
         """Slack's ``disconnect`` message on every open connection (the client reconnects)."""

@@ -5,14 +5,16 @@ holds and hands back (:class:`Message`, :class:`Ephemeral`, :class:`Call`); :cla
 a method's ``{"ok": false, "error": code}``; Slack's Block Kit and text limits enforced as Slack
 enforces them (:func:`block_errors`, :func:`message_content`, :func:`stream_text`); and reading
 a request's params the way Slack does (query string, then a form or JSON body; JSON-in-form
-fields decoded). No server and no state here: that is ``bot.emulator.slack``, which re-exports the
-names its users need.
+fields decoded); and a modal's ``state.values`` as a submission carries them, per input
+element (:func:`view_state`, :func:`input_state`, :func:`initial_state`). No server and no
+state here: that is ``bot.emulator.slack``, which re-exports the names its users need.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -161,6 +163,94 @@ def _check_text(obj: object, limit: int, pointer: str, errors: list[str]) -> Non
         errors.append(f"must be more than 0 characters [json-pointer:{pointer}/text]")
     elif len(text) > limit:
         errors.append(f"must be less than {limit + 1} characters [json-pointer:{pointer}/text]")
+
+
+# ---- a modal's state, as a submission carries it ------------------------------------------
+
+
+_ONE_OPTION = frozenset({"static_select", "radio_buttons"})
+_MANY_OPTIONS = frozenset({"multi_static_select", "checkboxes"})
+# What a submitted value looks like: text (a number as text too), an option's value, a list of
+# them, or None for an empty input.
+Submitted = str | int | float | list[str] | None
+
+
+def _options(element: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An element's options, its option groups' flattened."""
+    found = [dict(o) for o in element.get("options") or [] if isinstance(o, Mapping)]
+    for group in element.get("option_groups") or []:
+        if isinstance(group, Mapping):
+            found += [dict(o) for o in group.get("options") or [] if isinstance(o, Mapping)]
+    return found
+
+
+def _chosen(element: Mapping[str, Any], value: str, block_id: str) -> dict[str, Any]:
+    for option in _options(element):
+        if option.get("value") == value:
+            return option
+    raise ValueError(f"{block_id}: no option has the value {value!r}")
+
+
+def input_state(element: Mapping[str, Any], block_id: str, value: Submitted) -> dict[str, Any]:
+    """The ``state.values`` entry Slack sends for an input element holding ``value``: text
+    (a number as text) for text and number inputs, the option whose ``value`` it is for a
+    select or radio buttons, those options for checkboxes and multi-selects; ``None`` (or
+    ``[]``) for an empty input. ValueError for an option the element does not have."""
+    kind = str(element.get("type", ""))
+    if kind in _ONE_OPTION:
+        chosen = None if value is None else _chosen(element, str(value), block_id)
+        return {"type": kind, "selected_option": chosen}
+    if kind in _MANY_OPTIONS:
+        values = [] if value is None else [value] if isinstance(value, str) else value
+        if not isinstance(values, list):
+            raise ValueError(f"{block_id}: a {kind} takes a list of option values")
+        return {
+            "type": kind,
+            "selected_options": [_chosen(element, str(v), block_id) for v in values],
+        }
+    if isinstance(value, list):
+        raise ValueError(f"{block_id}: a {kind} takes one value")
+    return {"type": kind, "value": None if value is None or value == "" else str(value)}
+
+
+def initial_state(element: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``state.values`` entry of an input element nobody touched: what it was opened with."""
+    kind = str(element.get("type", ""))
+    if kind in _ONE_OPTION:
+        return {"type": kind, "selected_option": element.get("initial_option")}
+    if kind in _MANY_OPTIONS:
+        return {"type": kind, "selected_options": list(element.get("initial_options") or [])}
+    return {"type": kind, "value": element.get("initial_value") or None}
+
+
+def view_state(
+    view: Mapping[str, Any],
+    values: Mapping[str, Submitted] | None = None,
+    raw: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """``view.state`` as Slack sends it on submission: every input block by ``block_id``, its
+    element by ``action_id``; ``values`` (by block id) as the person left them (see
+    :func:`input_state`), the others as opened, and ``raw`` entries sent exactly as given
+    (what Slack's client would never send: ``{"type": "number_input", "value": "abc"}``).
+    ValueError for a block id in ``values`` or ``raw`` that is no input block of the view."""
+    values, raw = dict(values or {}), dict(raw or {})
+    state: dict[str, Any] = {}
+    for block in view.get("blocks") or []:
+        if not isinstance(block, Mapping) or block.get("type") != "input":
+            continue
+        block_id, element = str(block.get("block_id", "")), block.get("element") or {}
+        action_id = str(element.get("action_id", ""))
+        if block_id in raw:
+            entry = dict(raw.pop(block_id))
+        elif block_id in values:
+            entry = input_state(element, block_id, values.pop(block_id))
+        else:
+            entry = initial_state(element)
+        state[block_id] = {action_id: entry}
+    unknown = sorted({*values, *raw})
+    if unknown:
+        raise ValueError(f"no input block with the block_id {', '.join(unknown)} in the view")
+    return {"values": state}
 
 
 # ---- request helpers -----------------------------------------------------------------------

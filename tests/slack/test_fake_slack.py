@@ -17,6 +17,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.emulator.sender import trigger_id
 from bot.emulator.slack import BOT_ID, BOT_USER_ID, FakeSlack, block_errors
 
 TOKEN = "xoxb-test"
@@ -181,7 +182,7 @@ async def test_assistant_status_and_views(client: AsyncWebClient, slack: FakeSla
     )
     assert slack.status(CHANNEL, "1.000001") == "is thinking…"
     view = {"type": "modal", "title": {"type": "plain_text", "text": "Why?"}, "blocks": []}
-    opened = await client.views_open(trigger_id="T.1", view=view)
+    opened = await client.views_open(trigger_id=trigger_id("U1"), view=view)
     assert opened["view"]["id"]
     updated = await client.views_update(view_id=opened["view"]["id"], view=view)
     assert updated["view"]["id"] == opened["view"]["id"]
