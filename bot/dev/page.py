@@ -2,14 +2,15 @@
 
 **The page** (``bot/dev/static``: plain HTML, JS and CSS) is served at ``/`` and talks to
 ``/ui/…`` JSON endpoints (``info``, ``state?user=``, ``post``, ``click``, ``shortcut``,
-``alert``, ``fire-alert``) and a server-sent
-event stream ``/ui/stream?user=U…`` whose first event is a ``snapshot`` of the state and the
-rest are changes in the order they happened (``message``, ``update``, ``delete``,
-``reaction``, ``ephemeral``, ``status``, ``delivery``). Ephemeral messages are scoped **on the
-server**: a stream or a state snapshot only ever holds the ephemerals of the user it was
-opened for. ``?user=U…`` and ``?thread=TS`` on the page's URL pick the user and open a
-thread. The page's endpoints answer only requests addressed to a loopback host name when the
-server is bound to loopback (no DNS rebinding), and their POSTs must be JSON (a cross-site
+``alert``, ``fire-alert``, and a modal's ``view/submit`` and ``view/close``) and a
+server-sent event stream ``/ui/stream?user=U…`` whose first event is a ``snapshot`` of the
+state and the rest are changes in the order they happened (``message``, ``update``,
+``delete``, ``reaction``, ``ephemeral``, ``status``, ``delivery``, ``modal``). Ephemeral
+messages and modals are scoped **on the server**: a stream or a state snapshot only ever
+holds the ephemerals and the modal of the user it was opened for. ``?user=U…`` and
+``?thread=TS`` on the page's URL pick the user and open a thread. The page's endpoints
+answer only requests addressed to a loopback host name when the server is bound to
+loopback (no DNS rebinding), and their POSTs must be JSON (a cross-site
 form cannot send that without a CORS preflight, which is never granted). All JSON the page
 reads escapes ``<``, ``>`` and ``&`` (:func:`html_safe_json`); nothing is rendered to HTML on
 the server.
@@ -36,7 +37,7 @@ from aiohttp import web
 from yarl import URL
 
 from bot.emulator.slack import MAX_MESSAGE_TEXT, Ephemeral
-from bot.emulator.slack_wire import json_object
+from bot.emulator.slack_wire import Submitted, json_object
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ STREAM_QUEUE = 256  # events a stream client may lag behind before it is dropped
 # shared between clients, so this also bounds the memory held for slow ones)
 KEEPALIVE_S = 15.0
 RECONNECT_MS = 1_000  # how soon a dropped page reconnects (the SSE `retry` field)
+MAX_VIEW_INPUTS = 100  # values in a submitted modal (a view holds at most 100 blocks)
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -203,6 +205,12 @@ class PageBackend(Protocol):
         self, user_id: str, channel: str, message_ts: str, callback_id: str
     ) -> int: ...
 
+    async def submit_view_as(
+        self, user_id: str, view_id: str, values: Mapping[str, Submitted]
+    ) -> dict[str, Any]: ...
+
+    async def close_view_as(self, user_id: str, view_id: str) -> None: ...
+
     def post_alert(self) -> str: ...
 
     async def fire_alert(self) -> dict[str, Any]: ...
@@ -225,6 +233,8 @@ class PageRoutes:
         app.router.add_post("/ui/post", self._ui_post)
         app.router.add_post("/ui/click", self._ui_click)
         app.router.add_post("/ui/shortcut", self._ui_shortcut)  # shortcut.js
+        app.router.add_post("/ui/view/submit", self._ui_view_submit)  # modal.js
+        app.router.add_post("/ui/view/close", self._ui_view_close)  # modal.js
         app.router.add_post("/ui/alert", self._ui_alert)  # alerts.js: Alertmanager's Slack post
         app.router.add_post("/ui/fire-alert", self._ui_fire_alert)  # alerts.js: its webhook
 
@@ -305,6 +315,30 @@ class PageRoutes:
         user, channel, message_ts, callback_id = (str(v) for v in values)
         status = await self._backend.shortcut_as(user, channel, message_ts, callback_id)
         return json_response({"ok": True, "status": status})
+
+    async def _ui_view_submit(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        user, view_id, values = body.get("user"), body.get("view_id"), body.get("values")
+        if not isinstance(user, str) or not isinstance(view_id, str) or not view_id:
+            raise EmulatorError("invalid_arguments")
+        if not isinstance(values, dict) or len(values) > MAX_VIEW_INPUTS:
+            raise EmulatorError("invalid_arguments")
+        for value in values.values():
+            items = value if isinstance(value, list) else [value]
+            if len(items) > MAX_VIEW_INPUTS or not all(
+                v is None or (isinstance(v, str) and len(v) <= MAX_MESSAGE_TEXT) for v in items
+            ):
+                raise EmulatorError("invalid_arguments")
+        result = await self._backend.submit_view_as(user, view_id, values)
+        return json_response({"ok": True, **result})
+
+    async def _ui_view_close(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        user, view_id = body.get("user"), body.get("view_id")
+        if not isinstance(user, str) or not isinstance(view_id, str) or not view_id:
+            raise EmulatorError("invalid_arguments")
+        await self._backend.close_view_as(user, view_id)
+        return json_response({"ok": True})
 
     async def _ui_alert(self, request: web.Request) -> web.Response:
         await self._json_body(request)

@@ -3,9 +3,11 @@
 :class:`PageFeed` turns what happened (a message posted, edited, streamed or dropped, a
 reaction, an ephemeral for one person, an assistant thread status, a delivery to the bot)
 into the page's events on a :class:`~bot.dev.page.StreamHub`, and shapes what the page
-shows: a message with its reactions (:meth:`PageFeed.ui_message`) and the snapshot a
-stream opens with (:meth:`PageFeed.snapshot`). It also keeps one behaviour of Slack's the
-page makes visible: an assistant thread status clears itself after :data:`STATUS_TTL_S`.
+shows: a message with its reactions (:meth:`PageFeed.ui_message`), the modal a person sees
+(``modal``: the view and the errors under its inputs, told to that person only:
+:func:`ui_modal`) and the snapshot a stream opens with (:meth:`PageFeed.snapshot`). It
+also keeps one behaviour of Slack's the page makes visible: an assistant thread status
+clears itself after :data:`STATUS_TTL_S`.
 When things happen is the workspace's (``bot.dev.workspace``).
 """
 
@@ -19,6 +21,7 @@ from bot.dev.page import StreamHub, ui_ephemeral
 from bot.emulator.sender import Delivery
 from bot.emulator.slack import BOT_USER_ID, Ephemeral, Message
 from bot.emulator.slack_chat import ChatState
+from bot.emulator.slack_views import HeldView
 
 MAX_EPHEMERALS = 500
 STATUS_TTL_S = 120.0  # an assistant thread status clears itself after 2 minutes
@@ -78,6 +81,10 @@ class PageFeed:
             del ephemerals[: len(ephemerals) - MAX_EPHEMERALS]
         self.publish("ephemeral", ui_ephemeral(ephemeral), audience=ephemeral.user)
 
+    def modal(self, user: str, shown: HeldView | None) -> None:
+        """The modal ``user`` sees now (None: none), told to them only."""
+        self.publish("modal", ui_modal(user, shown), audience=user)
+
     def reacted(self, channel: str, ts: str, name: str) -> None:
         reactions = list(self._held.reactions.get((channel, ts), []))
         data = {"channel": channel, "ts": ts, "name": name, "user": BOT_USER_ID}
@@ -135,10 +142,14 @@ class PageFeed:
         return out
 
     def snapshot(
-        self, channel: str, channel_name: str, ephemerals: list[Ephemeral]
+        self,
+        channel: str,
+        channel_name: str,
+        ephemerals: list[Ephemeral],
+        modal: HeldView | None = None,
     ) -> dict[str, Any]:
         """The channel as a page stream opens with it: its messages with their reactions,
-        its assistant statuses, and the ephemerals given (one person's)."""
+        its assistant statuses, and the ephemerals and the modal given (one person's)."""
         statuses = [
             {"channel": c, "thread_ts": t, "status": s}
             for (c, t), s in self._held.statuses.items()
@@ -150,4 +161,13 @@ class PageFeed:
             "messages": [self.ui_message(m) for m in self._held.thread(channel)],
             "ephemerals": [ui_ephemeral(e) for e in ephemerals],
             "statuses": statuses,
+            "modal": ui_modal(modal.user, modal) if modal and modal.user else None,
         }
+
+
+def ui_modal(user: str, shown: HeldView | None) -> dict[str, Any]:
+    """A person's modal as the page shows it: the view (Slack's shape) and the errors under
+    its inputs, or ``view: None`` once it is gone."""
+    if shown is None:
+        return {"user": user, "view": None, "errors": {}}
+    return {"user": user, "view": shown.view, "errors": shown.errors}

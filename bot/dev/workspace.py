@@ -32,6 +32,13 @@ click's ``response_url`` is served here and handles ``replace_original``,
 clicker, valid for 30 minutes and 5 uses, as Slack's are. :meth:`Emulator.click_as` returns
 the bot's status, or :data:`NO_ANSWER` (0) when it did not answer within 3 s.
 
+A modal the bot opens (``views.open`` with a click's trigger id, ``bot.emulator.slack_views``)
+is shown on its person's page only (a ``modal`` stream event, and in their snapshot);
+:meth:`Emulator.submit_view_as` presses its submit button: what Slack's client refuses is
+shown without sending, else a signed ``view_submission`` goes to the bot and its answer is
+applied as Slack applies it (errors under the inputs, an update, closed).
+:meth:`Emulator.close_view_as` presses its close button (no ``view_closed`` is sent).
+
 An assistant thread status (``assistant.threads.setStatus``) clears itself when the app posts
 in the thread or after two minutes, as Slack's does. While ``bot_url`` is None messages are
 stored and shown, and nothing is delivered.
@@ -82,7 +89,9 @@ from bot.emulator.sender import (
     human_event,
     message_action,
     post_signed,
+    post_signed_answer,
     sign,
+    view_submission,
 )
 from bot.emulator.slack import (
     BOT_ID,
@@ -98,6 +107,8 @@ from bot.emulator.slack import (
     block_errors,
 )
 from bot.emulator.slack_chat import TsClock, ts_order
+from bot.emulator.slack_views import MAX_ANSWER_BYTES, HeldView, ViewAnswer, client_errors
+from bot.emulator.slack_wire import Submitted
 
 MAX_MESSAGES = 1_000  # the oldest are dropped beyond this (a `delete` event tells the page)
 MAX_CALLS = 2_000  # Web API calls remembered in `calls`
@@ -158,6 +169,7 @@ class Emulator(FakeSlack):
         self._tasks: set[asyncio.Task[None]] = set()
         self._response_urls = ResponseUrls()
         self._session: aiohttp.ClientSession | None = None
+        self.views.watch(self._view_changed)  # a modal shown, changed or gone: its person's page
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -338,6 +350,70 @@ class Emulator(FakeSlack):
             self._changed.notify_all()
         return status
 
+    async def submit_view_as(
+        self, user_id: str, view_id: str, values: Mapping[str, Submitted]
+    ) -> dict[str, Any]:
+        """Press the submit button of the modal ``user_id`` sees, its inputs holding
+        ``values`` (by block id): what Slack's client refuses is shown and nothing is sent
+        (``outcome: client_errors``); otherwise a signed ``view_submission`` goes to the bot
+        and its answer is applied as Slack applies it (:class:`ViewAnswer`'s outcome,
+        ``errors``, ``reason``). :class:`EmulatorError` ``view_not_found`` (404) when that is
+        not the view shown to them, ``invalid_arguments`` for a value no input can hold."""
+        user = self.user(user_id)
+        held = self._shown(user_id, view_id)
+        said = client_errors(held.view, values)
+        if said:
+            return {"outcome": "client_errors", "errors": said, "status": None}
+        try:
+            payload = view_submission(
+                held.view, user_id=user.id, user_name=user.name, values=values
+            )
+        except ValueError:
+            raise EmulatorError("invalid_arguments") from None
+        body, headers = form_body(payload)
+        url, session = self.bot_url, self._session
+        reason: str | None = "no_bot_url"
+        status, answer_body = NO_ANSWER, b""
+        if url is not None and session is not None:
+            answer = await post_signed_answer(
+                session,
+                url,
+                body,
+                headers,
+                secret=self.signing_secret,
+                ack_timeout=self.ack_timeout,
+                max_bytes=MAX_ANSWER_BYTES,
+            )
+            status, reason, answer_body = answer.status, answer.reason, answer.body
+        self._record(Delivery("click", "view_submission", None, view_id, 0, status, reason))
+        try:
+            judged: ViewAnswer = await self.views.answer(view_id, status, answer_body)
+        except LookupError:  # closed meanwhile (the bot updated or cleared it)
+            raise EmulatorError("view_not_found", status=404) from None
+        return {
+            "outcome": judged.outcome,
+            "errors": judged.errors,
+            "reason": judged.reason,
+            "shown": judged.shown,
+            "status": status,
+        }
+
+    async def close_view_as(self, user_id: str, view_id: str) -> None:
+        """Press the close button of the modal ``user_id`` sees (``view_not_found``: 404)."""
+        self.user(user_id)
+        self._shown(user_id, view_id)
+        await self.views.close(view_id)
+
+    def _shown(self, user_id: str, view_id: str) -> HeldView:
+        top = self.views.top(user_id)
+        if top is None or top.id != view_id:
+            raise EmulatorError("view_not_found", status=404)
+        return top
+
+    def _view_changed(self, held: HeldView) -> None:
+        if held.user is not None:
+            self._feed.modal(held.user, self.views.top(held.user))
+
     def post_alert(self) -> str:
         """Post the demo Alertmanager alert in the channel, as its incoming webhook would (a
         bot's post: it starts nothing until someone mentions opsloop or uses the shortcut)."""
@@ -366,9 +442,11 @@ class Emulator(FakeSlack):
 
     def state(self, user_id: str | None = None) -> dict[str, Any]:
         """The channel as the page shows it to ``user_id``: messages with their reactions,
-        assistant statuses, and only that user's ephemerals (none without a user)."""
+        assistant statuses, and only that user's ephemerals and open modal (none without a
+        user)."""
         ephemerals = self.ephemerals(self.channel_id, user_id) if user_id else []
-        return self._feed.snapshot(self.channel_id, self.channel_name, ephemerals)
+        modal = self.views.top(user_id) if user_id else None
+        return self._feed.snapshot(self.channel_id, self.channel_name, ephemerals, modal)
 
     def _channel_name(self, channel: str) -> str:
         return self.channel_name if channel == self.channel_id else channel.lower()
