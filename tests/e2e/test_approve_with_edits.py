@@ -1,0 +1,316 @@
+"""Approve with edits, end to end through ``opsloop serve`` and the fake Slack.
+
+The card's Edit opens a modal (``views.open`` with the click's trigger id, which the fake
+refuses like Slack once expired or used); the submission is posted signed, as Slack posts
+it, and the fake judges the bot's answer as Slack would (``response_action: errors`` only
+for the view's input blocks, a valid ``update`` view). A valid edit runs the call once with
+the edited arguments as the editor; bad values are errors in the modal with the card still
+pending; the requester of a destructive call may not edit it; an edit racing an Approve is
+one decision; a form submitted after its card expired says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bot.emulator.recording_tools import RECORDER
+from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
+from bot.emulator.sender import view_submission
+from bot.emulator.slack import FakeSlack, Message
+from bot.emulator.slack_views import HeldView, ViewAnswer
+
+from .approvals_kit import answered, click, runs, wait_card, wait_until
+from .conftest import StartBot
+from .harness import EVENTS_PATH, BotProcess, ScriptedModel, mention
+
+EDITOR = "UEDITOR1"
+SECOND = "USECOND1"
+
+
+def tools_file(tmp_path: Path) -> tuple[str, Path]:
+    """``scale_deployment`` (mutating: a whole number, an enum) and ``delete_pods``
+    (destructive, with a dry run), both real processes recording every run."""
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    log = tmp_path / "runs.jsonl"
+    py = sys.executable
+    text = f"""\
+tools:
+  - name: scale_deployment
+    description: Scale a deployment.
+    category: mutating
+    params:
+      name: {{type: string, pattern: "^[a-z0-9-]+$", description: Deployment}}
+      replicas: {{type: integer, min: 0, max: 50, description: The new replica count}}
+      strategy: {{type: string, enum: [rolling, recreate], description: How}}
+    timeout: 60
+    run: ["{py}", "{script}", "{log}", "scale_deployment", "{{name}}", "{{replicas}}",
+          "{{strategy}}", "{{confirmed_by}}"]
+  - name: delete_pods
+    description: Delete pods.
+    category: destructive
+    params:
+      selector: {{type: string, pattern: "^[a-z0-9=-]+$", description: Label selector}}
+    timeout: 60
+    run: ["{py}", "{script}", "{log}", "delete_pods", "{{selector}}"]
+"""
+    path = tmp_path / "tools.yml"
+    path.write_text(text)
+    return str(path), log
+
+
+def call_then_answer(tool: str, args: dict[str, object]) -> Any:
+    def policy(request: ScriptedRequest) -> Reply:
+        if request.tool_results() == 0:
+            return Reply(content="Scaling up for the load.", tool_calls=[ScriptedCall(tool, args)])
+        last = [m for m in request.messages if m.get("role") == "tool"][-1]
+        return Reply(content=f"Result: {last['content']}")
+
+    return policy
+
+
+async def open_edit(serve: BotProcess, slack: FakeSlack, card: Message, user: str) -> HeldView:
+    """Press Edit on ``card`` as ``user``; the modal Slack opened for them."""
+    before = len(slack.views.opened(user))
+    assert await click(serve, slack, card, user, "Edit") == 200
+    await slack.wait_for(lambda: len(slack.views.opened(user)) > before, timeout=10)
+    return slack.views.opened(user)[-1]
+
+
+async def submit(
+    serve: BotProcess,
+    slack: FakeSlack,
+    view: HeldView,
+    user: str,
+    values: dict[str, Any] | None = None,
+    raw: dict[str, dict[str, Any]] | None = None,
+) -> ViewAnswer:
+    """Submit ``view`` as ``user`` with ``values`` (by block id; ``raw``: state entries
+    sent exactly as given), as Slack posts it; how Slack took the bot's answer."""
+    payload = view_submission(
+        slack.views.get(view.id).view, user_id=user, user_name=user.lower(), values=values, raw=raw
+    )
+    return await slack.views.submit(serve.url + EVENTS_PATH, payload, secret=serve.secret)
+
+
+def tool_results(model: ScriptedModel) -> list[str]:
+    return [
+        str(m["content"]) for r in model.requests for m in r.messages if m.get("role") == "tool"
+    ]
+
+
+def pending(slack: FakeSlack, card: Message) -> bool:
+    """Whether the card still has its buttons."""
+    blocks = slack.message(card.channel, card.ts).blocks or []
+    return any(b.get("type") == "actions" for b in blocks)
+
+
+async def test_an_edited_scale_runs_once_with_the_edit_as_the_editor(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
+) -> None:
+    tools, log = tools_file(tmp_path)
+    model.policy = call_then_answer(  # type: ignore[assignment]
+        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
+    )
+    serve = await bot(OPSLOOP_TOOLS=tools)
+    event = mention("C1", "U1", "web is overloaded, scale it up")
+    await serve.send(event)
+    card = await wait_card(slack, "C1", event["ts"])
+    assert "Edit" in str(card.blocks)
+
+    view = await open_edit(serve, slack, card, EDITOR)
+    inputs = view.input_blocks()
+    assert set(inputs) == {"arg:name", "arg:replicas", "arg:strategy"}  # never confirmed_by
+    assert inputs["arg:replicas"]["element"]["type"] == "number_input"
+    assert inputs["arg:replicas"]["element"]["initial_value"] == "5"
+    assert inputs["arg:strategy"]["element"]["type"] == "static_select"
+
+    answer = await submit(serve, slack, view, EDITOR, {"arg:replicas": "3"})
+    assert answer.outcome == "closed", answer
+
+    await slack.wait_for(lambda: answered(slack, event["ts"]), timeout=30)
+    done = runs(log, tool="scale_deployment")
+    assert [r["args"] for r in done] == [["web", "3", "rolling", EDITOR]]
+    assert done[0]["env_confirmed_by"] == EDITOR
+    result = [t for t in tool_results(model) if "scaled" in t or "restarted" in t][-1]
+    assert result.splitlines()[0] == f"approved with edits by <@{EDITOR}>: replicas 5 → 3"
+    await slack.wait_for(
+        lambda: f"Approved with edits by <@{EDITOR}>" in slack.message("C1", card.ts).text,
+        timeout=10,
+    )
+    decided = str(slack.message("C1", card.ts).blocks)
+    assert "`replicas`: 3" in decided and "replicas 5 → 3" in decided
+    assert not pending(slack, card)
+
+
+async def test_invalid_edits_are_errors_in_the_modal_and_decide_nothing(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
+) -> None:
+    tools, log = tools_file(tmp_path)
+    model.policy = call_then_answer(  # type: ignore[assignment]
+        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
+    )
+    serve = await bot(OPSLOOP_TOOLS=tools)
+    event = mention("C1", "U1", "scale web")
+    await serve.send(event)
+    card = await wait_card(slack, "C1", event["ts"])
+    view = await open_edit(serve, slack, card, EDITOR)
+
+    negative = await submit(serve, slack, view, EDITOR, {"arg:replicas": "-1"})
+    assert negative.outcome == "errors", negative
+    assert list(negative.errors) == ["arg:replicas"]
+    assert "0" in negative.errors["arg:replicas"]
+
+    word = await submit(
+        serve,
+        slack,
+        view,
+        EDITOR,
+        raw={"arg:replicas": {"type": "number_input", "value": "three"}},
+    )
+    assert word.outcome == "errors", word
+    assert word.errors == {"arg:replicas": "must be a whole number"}
+
+    option = {"text": {"type": "plain_text", "text": "yolo"}, "value": "yolo"}
+    choice = await submit(
+        serve,
+        slack,
+        view,
+        EDITOR,
+        raw={"arg:strategy": {"type": "static_select", "selected_option": option}},
+    )
+    assert choice.outcome == "errors", choice
+    assert choice.errors["arg:strategy"].startswith("must be one of")
+
+    assert runs(log) == []
+    assert pending(slack, card)  # the card still waits, its buttons there
+    assert slack.views.get(view.id).open
+
+
+async def test_the_requester_may_not_edit_a_destructive_call(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
+) -> None:
+    tools, log = tools_file(tmp_path)
+    model.policy = call_then_answer("delete_pods", {"selector": "app=web"})  # type: ignore[assignment]
+    serve = await bot(OPSLOOP_TOOLS=tools)
+    event = mention("C1", "U1", "delete the wedged web pods")
+    await serve.send(event)
+    card = await wait_card(slack, "C1", event["ts"])
+
+    # The requester's Edit opens no form: they are told why.
+    assert await click(serve, slack, card, "U1", "Edit") == 200
+    await slack.wait_for(lambda: bool(slack.ephemerals("C1", "U1")), timeout=10)
+    assert "someone else's approval" in slack.ephemerals("C1", "U1")[0].text
+    assert slack.views.opened("U1") == []
+
+    # A form an approver opened, submitted as the requester: refused in the modal.
+    view = await open_edit(serve, slack, card, EDITOR)
+    refused = await submit(serve, slack, view, "U1", {"arg:selector": "app=web-7f9"})
+    assert refused.outcome == "updated", refused
+    assert "someone else's approval" in json.dumps(refused.view)
+
+    # The editor's edit is dry-run and stands as the first approval; a second person's
+    # Approve runs it once, with the edit.
+    await slack.views.close(view.id)  # the editor closes the notice
+    view = await open_edit(serve, slack, card, EDITOR)
+    edited = await submit(serve, slack, view, EDITOR, {"arg:selector": "app=web-7f9"})
+    assert edited.outcome == "updated", edited
+    await slack.wait_for(
+        lambda: "Edited and approved by" in str(slack.message("C1", card.ts).blocks), timeout=30
+    )
+    shown = slack.message("C1", card.ts)
+    assert "would restart app=web-7f9" in str(shown.blocks)  # the edited call's dry run
+    assert runs(log) == []
+    assert await click(serve, slack, shown, EDITOR, "Approve") == 200  # not twice
+    await slack.wait_for(lambda: bool(slack.ephemerals("C1", EDITOR)), timeout=10)
+    assert runs(log) == []
+    assert await click(serve, slack, shown, SECOND, "Approve") == 200
+    await slack.wait_for(lambda: answered(slack, event["ts"]), timeout=30)
+    assert [r["args"] for r in runs(log, tool="delete_pods")] == [["app=web-7f9"]]
+    await slack.wait_for(
+        lambda: (
+            f"Approved with edits by <@{EDITOR}> and approved by <@{SECOND}>"
+            in slack.message("C1", card.ts).text
+        ),
+        timeout=10,
+    )
+
+
+async def test_an_approve_clicked_on_the_card_before_an_edit_does_not_approve_the_edit(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
+) -> None:
+    tools, log = tools_file(tmp_path)
+    model.policy = call_then_answer("delete_pods", {"selector": "app=web"})  # type: ignore[assignment]
+    serve = await bot(OPSLOOP_TOOLS=tools)
+    event = mention("C1", "U1", "delete the web pods")
+    await serve.send(event)
+    card = await wait_card(slack, "C1", event["ts"])  # as it was before any edit
+    view = await open_edit(serve, slack, card, EDITOR)
+    await submit(serve, slack, view, EDITOR, {"arg:selector": "app=web-1"})
+    await slack.wait_for(
+        lambda: "Edited and approved by" in str(slack.message("C1", card.ts).blocks), timeout=30
+    )
+
+    assert await click(serve, slack, card, SECOND, "Approve") == 200  # the old card's button
+    await slack.wait_for(lambda: bool(slack.ephemerals("C1", SECOND)), timeout=10)
+    assert "edited since you looked" in slack.ephemerals("C1", SECOND)[0].text
+    assert runs(log) == [] and pending(slack, card)
+
+
+async def test_an_edit_racing_an_approve_is_one_decision(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
+) -> None:
+    tools, log = tools_file(tmp_path)
+    model.policy = call_then_answer(  # type: ignore[assignment]
+        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
+    )
+    serve = await bot(OPSLOOP_TOOLS=tools)
+    event = mention("C1", "U1", "scale web")
+    await serve.send(event)
+    card = await wait_card(slack, "C1", event["ts"])
+    view = await open_edit(serve, slack, card, EDITOR)
+
+    answer, status = await asyncio.gather(
+        submit(serve, slack, view, EDITOR, {"arg:replicas": "3"}),
+        click(serve, slack, card, SECOND, "Approve"),
+    )
+
+    assert status == 200
+    await slack.wait_for(lambda: answered(slack, event["ts"]), timeout=30)
+    done = runs(log, tool="scale_deployment")
+    assert len(done) == 1
+    if answer.outcome == "closed":  # the edit won
+        assert done[0]["args"] == ["web", "3", "rolling", EDITOR]
+    else:  # the click won: the modal says so
+        assert answer.outcome == "updated", answer
+        assert f"already approved by <@{SECOND}>" in json.dumps(answer.view)
+        assert done[0]["args"] == ["web", "5", "rolling", SECOND]
+    await asyncio.sleep(0.5)  # nothing more runs
+    assert len(runs(log, tool="scale_deployment")) == 1
+
+
+async def test_a_form_submitted_after_its_card_expired_says_so(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
+) -> None:
+    tools, log = tools_file(tmp_path)
+    model.policy = call_then_answer(  # type: ignore[assignment]
+        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
+    )
+    serve = await bot(OPSLOOP_TOOLS=tools, OPSLOOP_APPROVAL_TTL_S="4")
+    event = mention("C1", "U1", "scale web")
+    await serve.send(event)
+    card = await wait_card(slack, "C1", event["ts"])
+    view = await open_edit(serve, slack, card, EDITOR)
+    await wait_until(
+        lambda: "Expired" in slack.message("C1", card.ts).text, timeout=30, what="expiry"
+    )
+
+    answer = await submit(serve, slack, view, EDITOR, {"arg:replicas": "3"})
+
+    assert answer.outcome == "updated", answer
+    assert "expired" in json.dumps(answer.view)
+    assert runs(log) == []
