@@ -1,7 +1,8 @@
 /* opsloop dev: the page of the local Slack emulator — one channel and a thread pane.
  *
  * Fed by /ui/stream (server-sent events: a snapshot, then every change in order), posting
- * and clicking through /ui/post and /ui/click as the user chosen in the switcher. A first
+ * and clicking through /ui/post and /ui/click as the user chosen in the switcher; a modal
+ * the bot opens for that user (the snapshot's and the stream's `modal`) goes to modal.js. A first
  * visit shows a hint (what to type, who is who, from /ui/info) until it is dismissed or a
  * message is sent; the browser remembers that (localStorage "opsloop.hint"). Messages are
  * drawn by app.js's renderer (window.opsloopRender), loaded before this script. Its JSON
@@ -295,6 +296,7 @@
     app.statuses = new Map();
     (state.statuses || []).forEach(function (s) { if (ours(s)) app.statuses.set(s.thread_ts, s.status); });
     app.stick.channel = app.stick.thread = true;
+    if (root.opsloopModal) root.opsloopModal.show(state.modal); // modal.js: this user's modal
     schedule();
   }
 
@@ -327,6 +329,9 @@
       if (!ours(s)) return;
       if (s.status) app.statuses.set(s.thread_ts, s.status);
       else app.statuses.delete(s.thread_ts);
+    },
+    modal: function (d) {
+      if (root.opsloopModal && d.user === app.user) root.opsloopModal.show(d);
     },
     delivery: function (d) {
       if (d.ok || d.kind !== "event") return;
