@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -128,6 +129,49 @@ class LimitRaise(BaseModel):
     at: float
 
 
+KEPT_TOOL_LINES = 20  # the newest tool lines kept for an ending (it shows fewer)
+KEPT_RESULT_CHARS = 300  # each line's result, at most (the ending shows fewer)
+KEPT_CUT_CALLS = 20  # calls whose output was cut, kept for the ending's buttons
+
+
+class KeptToolLine(BaseModel):
+    """One finished tool call as the status message showed it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    tool: str
+    result: str  # its result in one line
+    ok: bool
+
+
+class KeptTools(BaseModel):
+    """What a job's status message showed of its tool calls in its latest run, kept for
+    an ending another process shows (``bot.slack.redelivery``): how many calls finished,
+    the newest ``KEPT_TOOL_LINES`` lines, and the calls whose output the model saw cut
+    (``(call id, tool)``, the ending's "Full output" buttons). Stored beside the job's
+    JSON (the job hash's ``tools`` field, written as calls end), never inside it, so a
+    process that does not know it reads the record as before; unknown fields are
+    ignored for the same reason."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    count: int = 0
+    lines: list[KeptToolLine] = Field(default_factory=list)
+    cut: list[tuple[str, str]] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, lines: Sequence[KeptToolLine], cut: Sequence[tuple[str, str]] = ()) -> KeptTools:
+        """The newest lines and cut calls, each result cut to ``KEPT_RESULT_CHARS``."""
+        return cls(
+            count=len(lines),
+            lines=[
+                line.model_copy(update={"result": line.result[:KEPT_RESULT_CHARS]})
+                for line in lines[-KEPT_TOOL_LINES:]
+            ],
+            cut=list(cut[-KEPT_CUT_CALLS:]),
+        )
+
+
 class JobRecord(PersistedRecord):
     """Everything about one job."""
 
@@ -147,6 +191,8 @@ class JobRecord(PersistedRecord):
     output: str | None = None
     fence: int = 0  # fencing token of the last writer
     meta: dict[str, str] = Field(default_factory=dict)  # e.g. the status message ts
+    # Read with the record, stored beside its JSON (``KeptTools``): not part of it.
+    tools: KeptTools | None = Field(default=None, exclude=True)
 
     @property
     def thread(self) -> Thread:

@@ -382,6 +382,7 @@ class Service:
                 approval_channel=bot.approval_channel,
                 metrics=metrics,
                 names=names,
+                keep_tools=stores.jobs.keep_tools,  # the tool lines, for a redelivered ending
             ),
             tracing=tracing,
             audit=audit,

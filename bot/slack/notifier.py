@@ -5,14 +5,16 @@ opens a job's progress (``JobProgress``, wrapped in ``Reporter`` so the run's ev
 also feed the process metrics), posts approval cards (returning the card's ts, which
 ``Turns`` records), tells a thread about calls whose outcome an interruption made
 unknown, and puts the ``eyes`` reaction on messages a job took in. The buttons on what
-it posts are answered by ``bot.slack.actions``.
+it posts are answered by ``bot.slack.actions``. Given ``keep_tools`` (``Jobs.keep_tools``,
+from the composition root), the ``Reporter`` keeps the per-tool lines of the status
+message beside the job's record as calls end, for an ending shown by another process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +25,7 @@ from bot.agent.events import Event, ModelRequestEnd, RunEnd, ToolEnd
 from bot.agent.ports import Injected
 from bot.agent.state import StopReason
 from bot.metrics import Metrics
-from bot.records import ApprovalRecord, JobRecord, LedgerRecord, Thread
+from bot.records import ApprovalRecord, JobRecord, KeptToolLine, KeptTools, LedgerRecord, Thread
 from bot.slack.assistant import card_channel, post_card_elsewhere
 from bot.slack.cards import approval_card
 from bot.slack.identity import BotIdentity
@@ -79,13 +81,25 @@ def has_stop_for(blocks: Sequence[Any], job_id: str) -> bool:
     return False
 
 
-class Reporter:
-    """A job's progress plus the process metrics, as the runner's ``JobSink``."""
+KeepTools = Callable[[str, KeptTools], Awaitable[None]]  # ``Jobs.keep_tools``
+KEEP_WAIT_S = 2.0  # the last tool lines' write, when the run is over
 
-    def __init__(self, progress: JobProgress, metrics: Metrics) -> None:
+
+class Reporter:
+    """A job's progress plus the process metrics, as the runner's ``JobSink``; with
+    ``keep``, the per-tool lines the status message shows are kept beside the job's
+    record as each call ends (one write at a time, the newest lines), so an ending
+    another process shows carries them (``bot.slack.redelivery``)."""
+
+    def __init__(
+        self, progress: JobProgress, metrics: Metrics, *, keep: KeepTools | None = None
+    ) -> None:
         self.progress = progress
         self.metrics = metrics
         self.ended = False  # the run ended (rather than being abandoned on a store error)
+        self._keep = keep
+        self._keeping: asyncio.Task[None] | None = None
+        self._kept = 0  # tool lines written (or being written)
 
     def __call__(self, event: Event) -> None:
         metrics = self.metrics
@@ -109,6 +123,32 @@ class Reporter:
             if event.result.stop_reason is not AWAITING:
                 metrics.jobs.labels(event.result.stop_reason.value).inc()
         self.progress(event)
+        if isinstance(event, ToolEnd) and self._keep is not None:
+            self._keep_lines()
+
+    def _keep_lines(self) -> None:
+        """Write the tool lines if one was added and no write is under way (that one's
+        end writes again if more were added meanwhile)."""
+        if len(self.progress.status.lines) == self._kept or self._keeping is not None:
+            return
+        self._keeping = asyncio.create_task(self._write_lines(), name="keep tool lines")
+
+    async def _write_lines(self) -> None:
+        assert self._keep is not None
+        try:
+            while len(lines := self.progress.status.lines) != self._kept:
+                self._kept = len(lines)
+                kept = [KeptToolLine(tool=t.tool, result=t.result, ok=t.ok) for t in lines]
+                await self._keep(self.progress.record.id, KeptTools.of(kept, self.progress.cut))
+        except Exception:  # an ending shown here needs none of it; one shown elsewhere
+            log.info("job %s: its tool lines were not kept", self.progress.record.id)
+        finally:
+            self._keeping = None
+
+    async def _lines_kept(self) -> None:
+        """Wait (bounded) for the tool lines' write under way."""
+        if self._keeping is not None:
+            await asyncio.wait({self._keeping}, timeout=KEEP_WAIT_S)
 
     @property
     def status_ts(self) -> str | None:
@@ -119,6 +159,7 @@ class Reporter:
         return self.ended and self.progress.delivered
 
     async def aclose(self) -> None:
+        await self._lines_kept()
         if not self.ended:
             await self.progress.abandon()  # whoever resumes the job reports on it
             return
@@ -139,6 +180,7 @@ class SlackNotifier:
     metrics: Metrics
     approval_channel: str | None = None  # cards of DM jobs (the assistant pane)
     names: Names | None = None  # people and channels by name in what jobs show
+    keep_tools: KeepTools | None = None  # where the per-tool lines are kept (``Reporter``)
 
     async def open_progress(self, record: JobRecord, *, taken_over: bool = False) -> Reporter:
         """The job's face in the thread, opened once this process holds its lease; a job
@@ -162,7 +204,7 @@ class SlackNotifier:
                 await progress.start()
         except Exception:
             log.warning("no status message for job %s", record.id, exc_info=True)
-        return Reporter(progress, self.metrics)
+        return Reporter(progress, self.metrics, keep=self.keep_tools)
 
     async def post_card(self, record: JobRecord, approval: ApprovalRecord) -> str:
         """Post the approval card of a paused job (cards go before progress updates)."""

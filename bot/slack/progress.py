@@ -142,6 +142,11 @@ class JobProgress:
         self.status.ts = ts
 
     @property
+    def cut(self) -> list[tuple[str, str]]:
+        """``(call id, tool)`` of the calls whose output the model saw cut, so far."""
+        return list(self._cut)
+
+    @property
     def job_stream(self) -> JobStream | None:
         """The run's current job stream of task cards, if one is open."""
         return self.steps.stream

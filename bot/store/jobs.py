@@ -1,7 +1,10 @@
 """Job state: one business task in a thread, its status and the loop's progress.
 
 A job is a HASH ``{status, fence, data}`` (``data`` is the ``JobRecord`` JSON), so Lua
-can check status and fencing token without parsing JSON. Every write is a
+can check status and fencing token without parsing JSON; beside them ``owed`` (an
+ended job's answer and ending not yet shown) and ``tools`` (``KeptTools``: the per-tool
+lines its status message shows, kept as calls end for an ending another process shows,
+read with the record by ``get``). Every write is a
 compare-and-set script: the status must still be what the writer read, and its fencing
 token must not be older than the last writer's, so a process that lost its lease cannot
 overwrite newer state. Which transitions are allowed is decided here, in Python, before
@@ -43,6 +46,7 @@ from bot.errors import StoreError
 from bot.records import JobLimits as JobLimits
 from bot.records import JobRecord as JobRecord
 from bot.records import JobStatus as JobStatus
+from bot.records import KeptTools as KeptTools
 from bot.records import LimitRaise as LimitRaise
 from bot.store.audit import OUTBOX_TTL_S, AuditEntry, job_fields, staged_json
 from bot.store.buckets import due_in_buckets
@@ -172,6 +176,14 @@ if redis.call('HEXISTS', KEYS[1], 'owed') == 0 then return -1 end
 return redis.call('HINCRBY', KEYS[1], 'owed', 1)
 """
 
+# The per-tool lines a job's status message showed (``KeptTools`` JSON), beside its
+# record: only while the job exists (an expired job's hash is never made again).
+_KEEP_TOOLS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'tools', ARGV[1])
+return 1
+"""
+
 # KEYS: jobs counter, current-job pointer; ARGV: thread prefix of job keys, data template
 # parts. Returns the new job number; the caller builds the id from it.
 _CREATE = """
@@ -197,6 +209,7 @@ class Jobs(RedisStore):
     _cas = Lua(_CAS)
     _finish = Lua(_FINISH)
     _attempt = Lua(_ATTEMPT)
+    _keep_tools = Lua(_KEEP_TOOLS)
     _create = Lua(_CREATE)
     _cancel = Lua(_CANCEL)
 
@@ -225,13 +238,31 @@ class Jobs(RedisStore):
         return record
 
     async def get(self, job_id: str) -> JobRecord | None:
-        async def attempt() -> str | None:
-            async with translated("job get"):
-                got = await self.redis.hget(self.keys.job(job_id), "data")
-            return None if got is None else str(got)
+        """The job's record, with the tool lines kept beside it (``keep_tools``)."""
 
-        raw = await retried("job get", attempt)  # a read: safe to retry (bot.store.failover)
-        return JobRecord.model_validate_json(raw) if raw else None
+        async def attempt() -> list[object]:
+            async with translated("job get"):
+                return list(await self.redis.hmget(self.keys.job(job_id), ["data", "tools"]))
+
+        raw, tools = await retried("job get", attempt)  # a read: safe to retry (failover)
+        if not raw:
+            return None
+        record = JobRecord.model_validate_json(str(raw))
+        if tools:
+            try:
+                kept = KeptTools.model_validate_json(str(tools))
+            except ValueError:
+                log.warning("job %s: its kept tool lines are unreadable; left out", job_id)
+            else:
+                record = record.model_copy(update={"tools": kept})
+        return record
+
+    async def keep_tools(self, job_id: str, tools: KeptTools) -> None:
+        """Keep what the job's status message shows of its tool calls beside its record,
+        for an ending another process shows; the newest write wins (one writer: the
+        process running the job)."""
+        async with translated("job tools"):
+            await self._keep_tools(keys=[self.keys.job(job_id)], args=[tools.model_dump_json()])
 
     async def current(self, thread: Thread) -> JobRecord | None:
         """The thread's latest job, if any."""

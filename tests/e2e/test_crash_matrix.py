@@ -58,7 +58,19 @@ The rows here, and how each point is reached:
   turns the status message into the ending (``bot.slack.redelivery``).
   ``after-the-answer-before-the-ending``: the same, but the held post lands: the survivor
   finds the answer in the thread and shows only the ending. (Streaming off in both: a
-  streamed answer's message is edited into the answer, not posted.)
+  streamed answer's message is edited into the answer, not posted.) Both endings list
+  the job's tool calls (``check_host`` and its result), kept beside the job's record.
+- ``streamed-answer-before-its-final-edit``: the answer streamed into a message of its
+  own, the stream's ``chat.stopStream`` is held and the process killed; the stop lands,
+  with no final edit. The survivor turns that message into the answer (feedback
+  buttons) in place instead of posting the answer again.
+- ``answer-cut-between-its-parts``: an answer of two messages; the first lands, the
+  second is held, the process killed and the post fails. The survivor posts the second
+  only.
+- ``ending-edit-queued-at-the-kill``: the answer landed, every ``chat.update`` from then
+  on (the ending's) is held; the job is still owed when the process is killed (an
+  ending counts as shown only once Slack took it), the held edits fail, and the
+  survivor's redelivery shows the ending.
 - ``model-5xx-storm`` / ``model-5xx-outlasts-retries``: 503s for a while (recovered within
   the client's retries) and longer than them (the job ends ``failed`` with its reason).
 - ``slack-429-storm`` / ``slack-429-outlasts-retries``: every posting and editing method
@@ -95,8 +107,10 @@ import redis.asyncio as aioredis
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Fault, Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.sender import sign
-from bot.emulator.slack import FakeSlack
+from bot.emulator.slack import BOT_USER_ID, FakeSlack
 from bot.llm.condense import INSTRUCTION
+from bot.slack.answers import answer_messages
+from bot.slack.redelivery import has_feedback_for
 from bot.store.jobs import JobStatus
 from bot.store.keys import Keys, Thread, job_bucket
 
@@ -108,6 +122,7 @@ from .approvals_kit import (
     job_hash,
     runs,
     started,
+    status_of,
     texts,
     tool_processes,
     tools_yml,
@@ -561,6 +576,7 @@ async def after_the_end_before_the_answer(w: World) -> None:
         return "owed" not in await job_hash(w.redis.url, job_id)
 
     await wait_until(settled, timeout=5, what=f"{job_id}'s delivery settled")
+    ending_lists_its_tools(w, event["ts"])
 
 
 async def after_the_answer_before_the_ending(w: World) -> None:
@@ -568,6 +584,145 @@ async def after_the_answer_before_the_ending(w: World) -> None:
     await w.start()  # the answer is in the thread: only the ending is shown
     await w.slack.wait_for(lambda: bool(endings(w.slack, event["ts"])), timeout=TAKEOVER_S)
     await assert_one_clear_ending(w, event, CHECKED)
+    ending_lists_its_tools(w, event["ts"])
+
+
+# ---- endings never doubled or stale (issue 36) ------------------------------------------
+
+# A streamed answer (past ``Pacing.start_chars``: a message of its own as it streams) and
+# one of two messages (past Slack's 12,000 characters of markdown per message).
+STREAMED = "Result: " + " ".join(f"web-03 check {i} passed" for i in range(40))
+TWO_PARTS = "Result: web-03 is fine.\n\n" + "\n\n".join(
+    f"Paragraph {i}: " + " ".join(["every check of web-03 passed"] * 12) for i in range(60)
+)
+TOOL_LINE = "`check_host`"  # the per-tool line of the call every row's job ran
+
+
+def call_then_say(answer: str) -> Callable[[ScriptedRequest], Reply]:
+    """``check_host`` once, then ``answer``."""
+
+    def policy(request: ScriptedRequest) -> Reply:
+        if request.tool_results() == 0:
+            return Reply(tool_calls=[ScriptedCall("check_host", {"host": "web-03"})])
+        return Reply(content=answer)
+
+    return policy
+
+
+def ending_lists_its_tools(w: World, ts: str) -> None:
+    """The thread's one ending lists the job's tool calls, each with its result."""
+    status = status_of(w.slack, "C1", ts)
+    assert status is not None
+    shown = " ".join(str(b) for b in status.blocks or [])
+    assert TOOL_LINE in shown and "web-03" in shown, status.blocks
+
+
+def bot_texts(w: World, ts: str) -> list[str]:
+    return [m.text for m in w.slack.messages("C1", ts) if m.user == BOT_USER_ID]
+
+
+async def held_and_failed(w: World, method: str, before: int) -> None:
+    """The calls of ``method`` held since the hold (``before`` calls earlier) never land:
+    each is answered 500 once the gate opens."""
+    held = len(w.slack.calls_of(method)) - before
+    if held:
+        w.slack.fail_next(method, status=500, times=held)
+
+
+async def owed_when_final(w: World, ts: str) -> None:
+    """The job has ended in Redis and its ending is still owed to the thread."""
+    job_id = first_job("C1", ts)
+
+    async def final() -> bool:
+        return JobStatus((await job_hash(w.redis.url, job_id))["status"]).final
+
+    await wait_until(final, timeout=20, what=f"{job_id} final")
+    assert (await job_hash(w.redis.url, job_id)).get("owed") == "0"
+
+
+async def streamed_answer_before_its_final_edit(w: World) -> None:
+    """The answer streamed into a message of its own and the stream stopped; the process
+    dies before the final edit turns that message into the answer (feedback buttons):
+    the survivor completes that message in place instead of posting the answer again."""
+    w.model.policy = call_then_say(STREAMED)
+    a = await w.start()
+    event = mention("C1", "UREQUESTER", ASK)
+    seed(w.slack, event)
+    stopping = w.slack.hold("chat.stopStream")
+    assert (await a.send(event))[0] == 200
+    await w.slack.wait_for_call("chat.stopStream", timeout=20)  # the answer's stream ends
+    await owed_when_final(w, event["ts"])
+    await a.kill()
+    stopping.set()  # it lands: the stream shows the whole answer, with no final edit
+    ts = event["ts"]
+    await w.slack.wait_for(lambda: any(STREAMED in t for t in bot_texts(w, ts)), timeout=5)
+
+    await w.start()
+    await w.slack.wait_for(lambda: bool(endings(w.slack, ts)), timeout=TAKEOVER_S)
+    await assert_one_clear_ending(w, event, STREAMED)
+    streamed = [m for m in w.slack.messages("C1", ts) if STREAMED in m.text]
+    assert len(streamed) == 1 and has_feedback_for(streamed[0].blocks or [], first_job("C1", ts))
+    ending_lists_its_tools(w, ts)
+
+
+async def answer_cut_between_its_parts(w: World) -> None:
+    """The answer's first message landed, its second is held when the process dies: the
+    survivor posts the second only."""
+    w.model.policy = call_then_say(TWO_PARTS)
+    parts = [m.text for m in answer_messages(TWO_PARTS)]
+    assert len(parts) == 2
+    a = await w.start()
+    event = mention("C1", "UREQUESTER", ASK)
+    seed(w.slack, event)
+    assert (await a.send(event))[0] == 200
+    await w.slack.wait_for_call("chat.postMessage", timeout=10)  # the status message
+    posting = w.slack.hold("chat.postMessage")
+    await w.slack.wait_for_call("chat.postMessage", count=2, timeout=20)  # the first part
+    posting.set()  # it lands …
+    w.slack.hold("chat.postMessage")  # … and the next post waits
+    await w.slack.wait_for_call("chat.postMessage", count=3, timeout=20)  # the second part
+    await owed_when_final(w, event["ts"])
+    await a.kill()
+    w.slack.fail_next("chat.postMessage", status=500)  # the second part never landed
+    posting.set()
+
+    ts = event["ts"]
+    await w.start()
+    await w.slack.wait_for(lambda: bool(endings(w.slack, ts)), timeout=TAKEOVER_S)
+    await ended(w, ts)
+    said = bot_texts(w, ts)
+    assert [said.count(part) for part in parts] == [1, 1], said
+    assert said.index(parts[0]) < said.index(parts[1])
+    assert ended_once(w.slack, ts), texts(w.slack, "C1", ts)
+    ending_lists_its_tools(w, ts)
+
+
+async def ending_edit_queued_at_the_kill(w: World) -> None:
+    """The answer landed; the status message's ending edit has not reached Slack (held)
+    when the process dies: the job is still owed, and the survivor shows the ending."""
+    w.model.policy = call_then_answer("check_host", {"host": "web-03"})
+    a = await w.start()
+    event = mention("C1", "UREQUESTER", ASK)
+    seed(w.slack, event)
+    ts = event["ts"]
+    assert (await a.send(event))[0] == 200
+    await w.slack.wait_for_call("chat.postMessage", timeout=10)  # the status message
+    posting = w.slack.hold("chat.postMessage")
+    await w.slack.wait_for_call("chat.postMessage", count=2, timeout=20)  # the answer
+    before = len(w.slack.calls_of("chat.update"))
+    w.slack.hold("chat.update")  # every edit from now on waits: the ending's too
+    posting.set()
+    await w.slack.wait_for(lambda: answers(w.slack, ts) == [CHECKED], timeout=10)
+    await w.slack.wait_for_call("chat.update", lambda p: str(p.get("text")).startswith("Done"))
+    await owed_when_final(w, ts)  # not counted as delivered: Slack has not taken it
+    await a.kill()
+    await held_and_failed(w, "chat.update", before)
+    w.slack.hold("chat.update").set()
+
+    await w.start()
+    await w.slack.wait_for(lambda: bool(endings(w.slack, ts)), timeout=TAKEOVER_S)
+    await assert_one_clear_ending(w, event, CHECKED)
+    ending_lists_its_tools(w, ts)
 
 
 async def slack_429_storm(w: World) -> None:
@@ -649,6 +804,7 @@ NO_STATUS_NO_ENDING = (
 
 
 NO_STREAM = (("LLM_STREAM", "false"),)  # the answer is then a chat.postMessage of its own
+NO_TASK_CARDS = (("OPSLOOP_TASK_DISPLAY", "off"),)  # the answer's is the one chat stream
 
 ROWS = [
     Row("before-ack-unwritten", before_ack_unwritten),
@@ -668,6 +824,13 @@ ROWS = [
     ),
     Row("after-the-end-before-the-answer", after_the_end_before_the_answer, NO_STREAM),
     Row("after-the-answer-before-the-ending", after_the_answer_before_the_ending, NO_STREAM),
+    Row(
+        "streamed-answer-before-its-final-edit",
+        streamed_answer_before_its_final_edit,
+        NO_TASK_CARDS,
+    ),
+    Row("answer-cut-between-its-parts", answer_cut_between_its_parts, NO_STREAM),
+    Row("ending-edit-queued-at-the-kill", ending_edit_queued_at_the_kill, NO_STREAM),
     Row("model-5xx-storm", model_5xx_storm),
     Row("model-5xx-outlasts-retries", model_5xx_outlasts_retries),
     Row("slack-429-storm", slack_429_storm),
