@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import redis.asyncio as aioredis
 
+from bot.agent.edits import edit_diff
 from bot.agent.messages import AssistantMessage, Malformed, UserMessage
 from bot.cli.parts import command_stores
 from bot.errors import ConfigError, StoreError
@@ -207,7 +208,11 @@ def _decision(approval: ApprovalRecord | None) -> str:
         return f"expired at {_clock(approval.decided_at or approval.expires_at)}"
     by = f" by {approval.decided_by}" if approval.decided_by else ""
     when = f" at {_clock(approval.decided_at)}" if approval.decided_at else ""
-    return f"{approval.status}{by}{when}"
+    edited = ""
+    if approval.edited_arguments is not None:
+        change = edit_diff(approval.arguments, approval.edited_arguments)
+        edited = f" · edited by {approval.edited_by}: {change}"
+    return f"{approval.status}{by}{when}{edited}"
 
 
 def _line(entry: TraceEntry, trace: JobTrace) -> tuple[str, str]:
@@ -249,6 +254,9 @@ def _line(entry: TraceEntry, trace: JobTrace) -> tuple[str, str]:
             parts.append(f"{_n(entry.output_chars)} chars out")
             if entry.confirmed_by:
                 parts.append(f"confirmed by {entry.confirmed_by}")
+            if entry.proposed is not None:
+                proposed = " ".join(entry.proposed.split())
+                parts.append(f"edited; proposed {proposed[:ARGS_CHARS]}")
             return "tool", " · ".join(parts)
         case ApprovalEntry():
             approval = trace.approvals.get(entry.call_id)

@@ -381,6 +381,8 @@ class RunSpans:
             attributes["gen_ai.tool.name"] = tool
         if isinstance(decision, Approved):
             attributes["opsloop.approver.id"] = decision.confirmed_by
+            if decision.arguments is not None:
+                attributes["opsloop.approval.edited"] = True
             self.span.add_event("opsloop.approval.approved", attributes)
         elif isinstance(decision, Denied):
             # ``bot.store.approvals.to_decision``: "denied by <@U…>", "approval expired",
@@ -456,6 +458,10 @@ class RunSpans:
         span = self._tool_span(event.call_id, event.tool, event.dry_run)
         if self._options.capture_content:
             span.set_attribute("gen_ai.tool.call.arguments", self._json(event.arguments))
+        if event.proposed is not None:  # approved with edits: the arguments ran are the edit
+            span.set_attribute("opsloop.approval.edited", True)
+            if self._options.capture_content:
+                span.set_attribute("opsloop.tool.proposed_arguments", self._json(event.proposed))
         self._tools[(event.call_id, event.dry_run)] = span
 
     def _tool_end(self, event: events.ToolEnd) -> None:

@@ -115,6 +115,9 @@ class ToolEntry(_Entry):
     dry_run: bool = False
     confirmed_by: str | None = None  # the Slack user id that approved the call
     arguments: BoundedText | None = None  # canonical JSON, when the call started
+    # An approval with edits: the arguments the model proposed (``arguments`` are the
+    # approved ones the call ran with).
+    proposed: BoundedText | None = None
 
 
 class ApprovalEntry(_Entry):
@@ -220,6 +223,7 @@ class TraceRecorder:
         self._buffer: deque[str] = deque(maxlen=max_entries)
         self._attempt: int | None = None
         self._arguments: dict[str, str] = {}  # call id → arguments, from ToolStart to ToolEnd
+        self._proposed: dict[str, str] = {}  # call id → the model's, of an edited call
 
     def __call__(self, event: events.Event) -> None:
         entry = self._entry(event)
@@ -267,12 +271,20 @@ class TraceRecorder:
             case events.ToolStart():
                 args = json.dumps(event.arguments, sort_keys=True, ensure_ascii=False, default=str)
                 self._arguments[event.call_id] = bound_text(args)
+                if event.proposed is not None:
+                    proposed = json.dumps(
+                        event.proposed, sort_keys=True, ensure_ascii=False, default=str
+                    )
+                    self._proposed[event.call_id] = bound_text(proposed)
                 return None
             case events.ModelRequestEnd():
                 return ModelCallEntry.of(event, at=self._clock(), attempt=self._attempt)
             case events.ToolEnd():
                 arguments = self._arguments.pop(event.call_id, None)
-                return ToolEntry.of(event, at=self._clock(), arguments=arguments)
+                model_wrote = self._proposed.pop(event.call_id, None)
+                return ToolEntry.of(
+                    event, at=self._clock(), arguments=arguments, proposed=model_wrote
+                )
             case events.ApprovalRequested():
                 return ApprovalEntry.of(event.approval, at=self._clock())
             case events.InjectedMessages():

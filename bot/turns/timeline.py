@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bot.agent.edits import edit_diff
 from bot.agent.redact import redact_secrets
 from bot.alerts.text import HEADER as ALERT_HEADER
 from bot.alerts.text import REQUESTER as ALERTMANAGER
@@ -226,15 +227,35 @@ class _Calls:
                         parsed = None
                     args = args_text(parsed) if isinstance(parsed, dict) else entry.arguments
                     self._known[(job_id, entry.call_id)] = f"{entry.tool} {args}".strip()
+        self._edits: dict[tuple[str, str], str] = {}
+        self._ran: dict[tuple[str, str], str] = {}  # an edited call: as it ran
         for job_id, records in approvals.items():
             for call_id, record in records.items():
                 self._known[(job_id, call_id)] = (
                     f"{record.tool} {args_text(record.arguments)}".strip()
                 )
+                if record.edited_arguments is not None:
+                    self._ran[(job_id, call_id)] = (
+                        f"{record.tool} {args_text(record.edited_arguments)}".strip()
+                    )
+                    change = edit_diff(record.arguments, record.edited_arguments)
+                    self._edits[(job_id, call_id)] = (
+                        f"edited by {record.edited_by or BOT}: {one_line(change, ARGS_CHARS)}"
+                    )
 
     def text(self, job_id: str | None, call_id: str | None, tool: str | None) -> str:
         known = self._known.get((job_id or "", call_id or ""))
         return known or tool or "a call"
+
+    def ran(self, job_id: str | None, call_id: str | None, tool: str | None) -> str:
+        """The call as it ran: an edited call's approved arguments, else ``text``."""
+        ran = self._ran.get((job_id or "", call_id or ""))
+        return ran or self.text(job_id, call_id, tool)
+
+    def edit(self, job_id: str | None, call_id: str | None) -> str:
+        """`` · edited by U1: replicas 5 → 3`` for a call approved with edits, else ``""``."""
+        edit = self._edits.get((job_id or "", call_id or ""))
+        return f" · {edit}" if edit else ""
 
 
 # -- the sources ------------------------------------------------------------------------
@@ -338,8 +359,12 @@ def _from_audit(events: _Events, entry: AuditEntry, calls: _Calls) -> None:
             kind = _DECIDED.get(entry.outcome or "", "cancelled")
             first = entry.detail.get("first_approver")
             second = f" · second approver, first {first}" if isinstance(first, str) else ""
-            events.add(("decided", job, call), entry.at, kind, entry.actor, f"{what}{second}{on}")
+            edit = calls.edit(entry.job_id, entry.call_id) if kind == _DECIDED["approved"] else ""
+            events.add(
+                ("decided", job, call), entry.at, kind, entry.actor, f"{what}{second}{edit}{on}"
+            )
         case "write_started":
+            what = calls.ran(entry.job_id, entry.call_id, entry.tool)
             events.add(
                 ("write_started", job, call),
                 entry.at,
@@ -348,6 +373,7 @@ def _from_audit(events: _Events, entry: AuditEntry, calls: _Calls) -> None:
                 f"{what} · confirmed_by {entry.actor}{on}",
             )
         case "write_finished":
+            what = calls.ran(entry.job_id, entry.call_id, entry.tool)
             result = entry.detail.get("result")
             tail = f": {first_line(result, 120)}" if isinstance(result, str) and result else ""
             events.add(
@@ -403,12 +429,13 @@ def _from_approvals(events: _Events, records: Iterable[ApprovalRecord], calls: _
         )
         if record.status != "pending" and record.decided_at is not None:
             kind = _DECIDED.get(record.status, "cancelled")
+            edit = calls.edit(job, call) if record.status == "approved" else ""
             events.add(
                 ("decided", job, call),
                 record.decided_at,
                 kind,
                 record.decided_by or BOT,
-                f"{what}{on}",
+                f"{what}{edit}{on}",
             )
 
 
@@ -418,7 +445,7 @@ def _from_ledger(
     """The ledger's own times, for writes whose audit entries are gone."""
     for key, record in entries.items():
         _, call = split_key(key)
-        what, on = calls.text(job_id, call, record.tool), f" ({_short(job_id)})"
+        what, on = calls.ran(job_id, call, record.tool), f" ({_short(job_id)})"
         if record.started_at is not None and record.state != "withdrawn":
             events.add(
                 ("write_started", job_id, call),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.emulator.recording_tools import RECORDER
+from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.sender import view_submission
 from bot.emulator.slack import FakeSlack, Message
@@ -25,7 +26,7 @@ from bot.emulator.slack_views import HeldView, ViewAnswer
 
 from .approvals_kit import answered, click, runs, wait_card, wait_until
 from .conftest import StartBot
-from .harness import EVENTS_PATH, BotProcess, ScriptedModel, mention
+from .harness import EVENTS_PATH, BotProcess, ScriptedModel, mention, opsloop_command
 
 EDITOR = "UEDITOR1"
 SECOND = "USECOND1"
@@ -314,3 +315,57 @@ async def test_a_form_submitted_after_its_card_expired_says_so(
     assert answer.outcome == "updated", answer
     assert "expired" in json.dumps(answer.view)
     assert runs(log) == []
+
+
+async def test_the_audit_log_the_trace_and_the_timeline_carry_both_argument_sets(
+    bot: StartBot,
+    slack: FakeSlack,
+    model: ScriptedModel,
+    redis_server: ManagedRedis,
+    tmp_path: Path,
+) -> None:
+    tools, log = tools_file(tmp_path)
+    model.policy = call_then_answer(  # type: ignore[assignment]
+        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
+    )
+    serve = await bot(OPSLOOP_TOOLS=tools)
+    event = mention("C1", "U1", "scale web")
+    await serve.send(event)
+    card = await wait_card(slack, "C1", event["ts"])
+    view = await open_edit(serve, slack, card, EDITOR)
+    answer = await submit(serve, slack, view, EDITOR, {"arg:replicas": "3"})
+    assert answer.outcome == "closed", answer
+    await slack.wait_for(lambda: answered(slack, event["ts"]), timeout=30)
+    job_id = f"C1:{event['ts']}:j1"
+
+    async def chained() -> bool:
+        code, out, _ = await opsloop_command(redis_server, "audit", "--json")
+        return code == 0 and '"write_finished"' in out
+
+    await wait_until(chained, timeout=20, what="the write's audit entry chained")
+    code, out, err = await opsloop_command(redis_server, "audit", "--json")
+    assert code == 0, err
+    entries = [json.loads(line) for line in out.splitlines() if line.strip()]
+    asked = next(e for e in entries if e["kind"] == "approval_requested")
+    decided = next(e for e in entries if e["kind"] == "approval_decided")
+    assert asked["arguments"]["replicas"] == 5  # proposed
+    assert decided["arguments"]["replicas"] == 3  # approved
+    assert decided["actor"] == EDITOR and decided["detail"]["edited_by"] == EDITOR
+    code, out, err = await opsloop_command(redis_server, "audit", "verify")
+    assert code == 0 and out.startswith("ok:"), (out, err)
+
+    async def ended() -> bool:
+        out = (await opsloop_command(redis_server, "trace", job_id))[1]
+        # unverified by any read-only check, the job ends incomplete: ended all the same
+        return out.startswith((f"Job {job_id} — completed", f"Job {job_id} — incomplete"))
+
+    await wait_until(ended, timeout=15, what="the job's end in its trace")
+    code, out, err = await opsloop_command(redis_server, "trace", job_id)
+    assert code == 0, err
+    assert f"edited by {EDITOR}: replicas 5 → 3" in out
+    assert '"replicas": 3' in out and 'proposed {"name": "web", "replicas": 5' in out
+
+    code, out, err = await opsloop_command(redis_server, "timeline", f"C1:{event['ts']}")
+    assert code == 0, err
+    assert f"edited by {EDITOR}: replicas 5 → 3" in out
+    assert "scale_deployment name=web replicas=3" in out  # the write as it ran
