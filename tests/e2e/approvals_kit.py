@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bot.emulator.recording_tools import runs, tool_processes
+from bot.emulator.recording_tools import RECORDER, runs, tool_processes
 from bot.emulator.recording_tools import tools_yml as tools_yml  # the tests import it from here
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.slack import BOT_USER_ID, FakeSlack, Message
@@ -22,6 +23,38 @@ from bot.slack.status_blocks import ACTION_STOP
 from bot.store.keys import Keys, Thread, thread_of
 
 from .harness import BotProcess, block_actions_body, click_body, find_button
+
+
+def scale_tools_yml(tmp_path: Path) -> tuple[str, Path]:
+    """``scale_deployment`` (mutating: a whole number, an enum) and ``delete_pods``
+    (destructive, with a dry run), both real processes recording every run."""
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    log = tmp_path / "runs.jsonl"
+    py = sys.executable
+    text = f"""\
+tools:
+  - name: scale_deployment
+    description: Scale a deployment.
+    category: mutating
+    params:
+      name: {{type: string, pattern: "^[a-z0-9-]+$", description: Deployment}}
+      replicas: {{type: integer, min: 0, max: 50, description: The new replica count}}
+      strategy: {{type: string, enum: [rolling, recreate], description: How}}
+    timeout: 60
+    run: ["{py}", "{script}", "{log}", "scale_deployment", "{{name}}", "{{replicas}}",
+          "{{strategy}}", "{{confirmed_by}}"]
+  - name: delete_pods
+    description: Delete pods.
+    category: destructive
+    params:
+      selector: {{type: string, pattern: "^[a-z0-9=-]+$", description: Label selector}}
+    timeout: 60
+    run: ["{py}", "{script}", "{log}", "delete_pods", "{{selector}}"]
+"""
+    path = tmp_path / "tools.yml"
+    path.write_text(text)
+    return str(path), log
 
 
 def call_then_answer(

@@ -13,55 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from bot.emulator.recording_tools import RECORDER
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.sender import view_submission
 from bot.emulator.slack import FakeSlack, Message
 from bot.emulator.slack_views import HeldView, ViewAnswer
 
-from .approvals_kit import answered, click, runs, wait_card, wait_until
+from .approvals_kit import answered, click, runs, scale_tools_yml, wait_card, wait_until
 from .conftest import StartBot
 from .harness import EVENTS_PATH, BotProcess, ScriptedModel, mention, opsloop_command
 
 EDITOR = "UEDITOR1"
 SECOND = "USECOND1"
-
-
-def tools_file(tmp_path: Path) -> tuple[str, Path]:
-    """``scale_deployment`` (mutating: a whole number, an enum) and ``delete_pods``
-    (destructive, with a dry run), both real processes recording every run."""
-    script = tmp_path / "recorder.py"
-    script.write_text(RECORDER)
-    log = tmp_path / "runs.jsonl"
-    py = sys.executable
-    text = f"""\
-tools:
-  - name: scale_deployment
-    description: Scale a deployment.
-    category: mutating
-    params:
-      name: {{type: string, pattern: "^[a-z0-9-]+$", description: Deployment}}
-      replicas: {{type: integer, min: 0, max: 50, description: The new replica count}}
-      strategy: {{type: string, enum: [rolling, recreate], description: How}}
-    timeout: 60
-    run: ["{py}", "{script}", "{log}", "scale_deployment", "{{name}}", "{{replicas}}",
-          "{{strategy}}", "{{confirmed_by}}"]
-  - name: delete_pods
-    description: Delete pods.
-    category: destructive
-    params:
-      selector: {{type: string, pattern: "^[a-z0-9=-]+$", description: Label selector}}
-    timeout: 60
-    run: ["{py}", "{script}", "{log}", "delete_pods", "{{selector}}"]
-"""
-    path = tmp_path / "tools.yml"
-    path.write_text(text)
-    return str(path), log
 
 
 def call_then_answer(tool: str, args: dict[str, object]) -> Any:
@@ -113,7 +79,7 @@ def pending(slack: FakeSlack, card: Message) -> bool:
 async def test_an_edited_scale_runs_once_with_the_edit_as_the_editor(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = tools_file(tmp_path)
+    tools, log = scale_tools_yml(tmp_path)
     model.policy = call_then_answer(  # type: ignore[assignment]
         "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
     )
@@ -151,7 +117,7 @@ async def test_an_edited_scale_runs_once_with_the_edit_as_the_editor(
 async def test_invalid_edits_are_errors_in_the_modal_and_decide_nothing(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = tools_file(tmp_path)
+    tools, log = scale_tools_yml(tmp_path)
     model.policy = call_then_answer(  # type: ignore[assignment]
         "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
     )
@@ -195,7 +161,7 @@ async def test_invalid_edits_are_errors_in_the_modal_and_decide_nothing(
 async def test_the_requester_may_not_edit_a_destructive_call(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = tools_file(tmp_path)
+    tools, log = scale_tools_yml(tmp_path)
     model.policy = call_then_answer("delete_pods", {"selector": "app=web"})  # type: ignore[assignment]
     serve = await bot(OPSLOOP_TOOLS=tools)
     event = mention("C1", "U1", "delete the wedged web pods")
@@ -244,7 +210,7 @@ async def test_the_requester_may_not_edit_a_destructive_call(
 async def test_an_approve_clicked_on_the_card_before_an_edit_does_not_approve_the_edit(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = tools_file(tmp_path)
+    tools, log = scale_tools_yml(tmp_path)
     model.policy = call_then_answer("delete_pods", {"selector": "app=web"})  # type: ignore[assignment]
     serve = await bot(OPSLOOP_TOOLS=tools)
     event = mention("C1", "U1", "delete the web pods")
@@ -265,7 +231,7 @@ async def test_an_approve_clicked_on_the_card_before_an_edit_does_not_approve_th
 async def test_an_edit_racing_an_approve_is_one_decision(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = tools_file(tmp_path)
+    tools, log = scale_tools_yml(tmp_path)
     model.policy = call_then_answer(  # type: ignore[assignment]
         "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
     )
@@ -297,7 +263,7 @@ async def test_an_edit_racing_an_approve_is_one_decision(
 async def test_a_form_submitted_after_its_card_expired_says_so(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = tools_file(tmp_path)
+    tools, log = scale_tools_yml(tmp_path)
     model.policy = call_then_answer(  # type: ignore[assignment]
         "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
     )
@@ -324,7 +290,7 @@ async def test_the_audit_log_the_trace_and_the_timeline_carry_both_argument_sets
     redis_server: ManagedRedis,
     tmp_path: Path,
 ) -> None:
-    tools, log = tools_file(tmp_path)
+    tools, log = scale_tools_yml(tmp_path)
     model.policy = call_then_answer(  # type: ignore[assignment]
         "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
     )

@@ -18,11 +18,20 @@ import pytest
 
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Reply
+from bot.emulator.sender import view_submission
 from bot.emulator.slack import FakeSlack
 from bot.emulator.slack_socket import FakeSocketMode
 
 from .alerts_kit import CHANNEL, TOKEN, notification, post_alert, roots
-from .approvals_kit import answered, call_then_answer, runs, texts, tools_yml, wait_card
+from .approvals_kit import (
+    answered,
+    call_then_answer,
+    runs,
+    scale_tools_yml,
+    texts,
+    tools_yml,
+    wait_card,
+)
 from .conftest import StartBot
 from .harness import ScriptedModel, click_body, event_body, mention, reply, seed, steps
 
@@ -260,3 +269,43 @@ async def test_alerts_reach_the_health_server_of_socket_mode(
     await slack.wait_for(
         lambda: any("backup" in m.text for m in slack.messages(CHANNEL, alert.ts)), timeout=30
     )
+
+
+async def test_approve_with_edits_over_socket_mode(
+    bot: StartBot, slack: FakeSlack, socket: FakeSocketMode, model: ScriptedModel, tmp_path: Path
+) -> None:
+    """The card's Edit over the websocket: the modal opens with the click's trigger id;
+    a bad value is answered with errors in the ack, a good one closes it and the call runs
+    once with the edit."""
+    tools, log = scale_tools_yml(tmp_path)
+    model.policy = call_then_answer(  # type: ignore[assignment]
+        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
+    )
+    serve = await bot(**SOCKET, OPSLOOP_TOOLS=tools)
+    await socket.wait_connected()
+    mentioned = mention("C1", "U1", "scale web up")
+    seed(slack, mentioned)
+    await socket.send_event(event(mentioned))
+    card = await wait_card(slack, "C1", mentioned["ts"])
+
+    assert await socket.send_interactive(click(card, "UEDITOR1", "Edit", slack)) is not None
+    await slack.views.wait_opened("UEDITOR1")
+    [view] = slack.views.opened("UEDITOR1")
+    bad = view_submission(
+        view.view, user_id="UEDITOR1", user_name="editor", values={"arg:replicas": "-1"}
+    )
+    answer = await socket.submit_view(bad)
+    assert answer.outcome == "errors" and list(answer.errors) == ["arg:replicas"], answer
+    good = view_submission(
+        slack.views.get(view.id).view,
+        user_id="UEDITOR1",
+        user_name="editor",
+        values={"arg:replicas": "3"},
+    )
+    assert (await socket.submit_view(good)).outcome == "closed"
+
+    await slack.wait_for(lambda: answered(slack, mentioned["ts"]), timeout=30)
+    assert [r["args"] for r in runs(log, tool="scale_deployment")] == [
+        ["web", "3", "rolling", "UEDITOR1"]
+    ]
+    assert serve.pid  # served over the websocket only
