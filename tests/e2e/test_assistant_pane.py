@@ -12,9 +12,9 @@ from bot.emulator import sender
 from bot.emulator.scripted import Reply, ScriptedCall, ScriptedRequest
 from bot.emulator.slack import BOT_USER_ID, FakeSlack, Message
 
-from .approvals_kit import call_then_answer, click, runs, tools_yml
+from .approvals_kit import call_then_answer, click, runs, scale_tools_yml, tools_yml
 from .conftest import StartBot
-from .harness import BotProcess, ScriptedModel, new_ts
+from .harness import EVENTS_PATH, BotProcess, ScriptedModel, new_ts
 
 DM = "D0PANE1"
 USER = "U0ALICE"
@@ -141,5 +141,50 @@ async def test_a_change_asked_in_the_pane_is_approved_in_the_approval_channel(
     assert runs(log, tool="restart_service")[0]["env_confirmed_by"] == "UAPPROVER1"
     await slack.wait_for(
         lambda: "Approved by <@UAPPROVER1>" in str(slack.message("C0APPROVE", posted.ts).blocks),
+        timeout=10,
+    )
+
+
+async def test_a_change_asked_in_the_pane_can_be_approved_with_edits(
+    bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
+) -> None:
+    """The pane's card in the approval channel has Edit too: the approver's edit runs."""
+    model.policy = call_then_answer(  # type: ignore[assignment]
+        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
+    )
+    tools, log = scale_tools_yml(tmp_path)
+    serve = await bot(
+        OPSLOOP_TOOLS=tools, OPSLOOP_APPROVAL_CHANNEL="C0APPROVE", OPSLOOP_APPROVERS="UAPPROVER1"
+    )
+    thread_ts = await open_pane(serve, slack, looking_at="C0INC42")
+    await ask(serve, slack, thread_ts, "Scale web up")
+
+    def card() -> Message | None:
+        found = [m for m in slack.messages("C0APPROVE") if m.user == BOT_USER_ID and m.blocks]
+        return found[0] if found else None
+
+    await slack.wait_for(lambda: card() is not None, timeout=30)
+    posted = card()
+    assert posted is not None and "Edit" in str(posted.blocks)
+    assert await click(serve, slack, posted, "UAPPROVER1", "Edit") == 200
+    await slack.views.wait_opened("UAPPROVER1")
+    [view] = slack.views.opened("UAPPROVER1")
+    payload = sender.view_submission(
+        view.view, user_id="UAPPROVER1", user_name="approver", values={"arg:replicas": "2"}
+    )
+    answer = await slack.views.submit(serve.url + EVENTS_PATH, payload, secret=serve.secret)
+    assert answer.outcome == "closed", answer
+
+    await slack.wait_for(
+        lambda: any(t.startswith("Result:") for t in bot_texts(slack, thread_ts)), timeout=30
+    )
+    assert [r["args"] for r in runs(log, tool="scale_deployment")] == [
+        ["web", "2", "rolling", "UAPPROVER1"]
+    ]
+    await slack.wait_for(
+        lambda: (
+            "Approved with edits by <@UAPPROVER1>"
+            in str(slack.message("C0APPROVE", posted.ts).blocks)
+        ),
         timeout=10,
     )
