@@ -1,7 +1,7 @@
 """The demo service "web" of ``opsloop dev``: a small local HTTP service that degrades.
 
     python -m bot.dev.demo_service serve --port N --dir STATE_DIR [--healthy-for 20]
-    python -m bot.dev.demo_service restart --dir STATE_DIR [--approved-by U…]
+    python -m bot.dev.demo_service restart --dir STATE_DIR [--approved-by U…] [--wait S]
     python -m bot.dev.demo_service metrics --dir STATE_DIR
     python -m bot.dev.demo_service status --dir STATE_DIR
 
@@ -320,8 +320,9 @@ class Restarted:
     state: str
 
 
-def restart(state_dir: Path) -> Restarted:
-    """Replace the running process (if any) with a fresh one on the same port."""
+def restart(state_dir: Path, *, wait_s: float = START_TIMEOUT_S) -> Restarted:
+    """Replace the running process (if any) with a fresh one on the same port, waiting at
+    most ``wait_s`` for it to answer."""
     state_dir = state_dir.resolve()
     args = read_args(state_dir)
     old = running_pid(state_dir)
@@ -329,7 +330,7 @@ def restart(state_dir: Path) -> Restarted:
         _terminate(old)
     healthy_for = max(args["healthy_for"], RESTARTED_HEALTHY_FOR_S)
     proc = _spawn(state_dir, args["port"], healthy_for, args["cpu_share"])
-    new = _wait_started(proc, state_dir, START_TIMEOUT_S)
+    new = _wait_started(proc, state_dir, wait_s)
     try:
         state = str(fetch_metrics(args["port"]).get("state", "unknown"))
     except (OSError, ValueError, ServiceError):
@@ -337,8 +338,8 @@ def restart(state_dir: Path) -> Restarted:
     return Restarted(old_pid=old, new_pid=new, state=state)
 
 
-def _restart_command(state_dir: Path, approved_by: str) -> int:
-    done = restart(state_dir)
+def _restart_command(state_dir: Path, approved_by: str, wait_s: float) -> int:
+    done = restart(state_dir, wait_s=wait_s)
     # A Slack user id as a mention, which Slack (and opsloop's task cards) show as a name.
     who = f"<@{approved_by}>" if re.fullmatch(r"[UW][A-Z0-9]+", approved_by) else approved_by
     by = f" (approved by {who})" if who else ""
@@ -384,6 +385,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("OPSLOOP_CONFIRMED_BY", ""),
         help="who approved it (default: OPSLOOP_CONFIRMED_BY, which opsloop sets)",
     )
+    restart_p.add_argument(
+        "--wait",
+        type=float,
+        default=START_TIMEOUT_S,
+        help=f"seconds to wait for the new process to answer (default {START_TIMEOUT_S:g})",
+    )
     metrics_p = sub.add_parser("metrics", help="the metrics: a summary line, then the JSON")
     status_p = sub.add_parser("status", help="pid, uptime and state")
     for p in (serve_p, restart_p, metrics_p, status_p):
@@ -398,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cpu_share=args.cpu_share,
             )
         if args.command == "restart":
-            return _restart_command(args.dir, args.approved_by)
+            return _restart_command(args.dir, args.approved_by, args.wait)
         if args.command == "metrics":
             return _metrics_command(args.dir)
         return _status_command(args.dir)

@@ -4,6 +4,7 @@
     web_metrics   read-only  command  python -m bot.dev.demo_service metrics --dir STATE_DIR
     web_logs      read-only  command  tail -n LINES STATE_DIR/web.log
     web_restart   mutating   command  python -m bot.dev.demo_service restart --dir STATE_DIR
+                                      --wait {wait_s}
 
 The http tool reaches 127.0.0.1 only when ``OPSLOOP_HTTP_ALLOW`` allows it (``opsloop dev``
 sets it). ``web_metrics`` prints the metrics' one-line summary first (what a step's card
@@ -113,7 +114,16 @@ def tools_spec(state_dir: Path, *, port: int, python: str = sys.executable) -> d
                 ),
                 "category": "mutating",
                 "timeout": 30,
-                "run": _service_argv(python, "restart", state_dir),
+                "params": {
+                    "wait_s": {
+                        "type": "integer",
+                        "min": 1,
+                        "max": 25,
+                        "default": 15,
+                        "description": "Seconds to wait for the new process to answer",
+                    }
+                },
+                "run": [*_service_argv(python, "restart", state_dir), "--wait", "{wait_s}"],
                 "env": _service_env(),
                 "cwd": str(state_dir),
             },

@@ -144,8 +144,8 @@ def _card_body(
     if record.edited_arguments is not None:
         change = edit_diff(record.arguments, record.edited_arguments) or "no change"
         head = (
-            f"*Arguments, edited by {mention(record.edited_by)}*"
-            f" (proposed: {escaped(change, ARG_VALUE_CHARS)})"
+            f"*Arguments, edited by {mention(record.edited_by)}:* "
+            f"{escaped(change, ARG_VALUE_CHARS)}"
         )
     blocks.append(section_block(cut(head + "\n" + ("\n".join(lines) or "_none_"), MAX_SECTION)))
     if record.edited_dry_run is not None and record.edited_arguments is not None:
