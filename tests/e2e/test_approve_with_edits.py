@@ -267,7 +267,7 @@ async def test_a_form_submitted_after_its_card_expired_says_so(
     model.policy = call_then_answer(  # type: ignore[assignment]
         "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
     )
-    serve = await bot(OPSLOOP_TOOLS=tools, OPSLOOP_APPROVAL_TTL_S="4")
+    serve = await bot(OPSLOOP_TOOLS=tools, OPSLOOP_APPROVAL_TTL_S="10")
     event = mention("C1", "U1", "scale web")
     await serve.send(event)
     card = await wait_card(slack, "C1", event["ts"])
