@@ -61,25 +61,37 @@ class Opening(_Strict):
         return self
 
 
+class Edit(_Strict):
+    """Approve with edits: ``by`` submits the card's form with ``values`` (argument name →
+    the text typed, as the form sends it; the others keep the card's values)."""
+
+    by: str
+    values: dict[str, str]
+
+
 class Click(_Strict):
-    """One click on a card: Approve or Deny, as a Slack user id."""
+    """One click on a card: Approve or Deny, as a Slack user id; or an ``edit`` (the form
+    of Approve with edits, submitted)."""
 
     approve: str | None = None
     deny: str | None = None
+    edit: Edit | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Click:
-        if (self.approve is None) == (self.deny is None):
-            raise ValueError("a click is 'approve: USER' or 'deny: USER'")
+        if sum(x is not None for x in (self.approve, self.deny, self.edit)) != 1:
+            raise ValueError("a click is 'approve: USER', 'deny: USER' or 'edit: {by, values}'")
         return self
 
     @property
-    def outcome(self) -> Literal["approved", "denied"]:
+    def outcome(self) -> Literal["approved", "denied", "edited"]:
+        if self.edit is not None:
+            return "edited"
         return "approved" if self.approve is not None else "denied"
 
     @property
     def user(self) -> str:
-        return self.approve or self.deny or ""
+        return self.approve or self.deny or (self.edit.by if self.edit is not None else "")
 
 
 class CardScript(_Strict):

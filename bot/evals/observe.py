@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bot.agent.events import Event, ToolEnd
+from bot.agent.events import Event, ToolEnd, ToolStart
 from bot.agent.messages import AnyMessage, AssistantMessage, ToolMessage
 
 RESULT_CHARS = 2000  # of each tool result kept in the report
@@ -33,6 +33,8 @@ class CallSeen:
     is_error: bool
     result: str = ""
     confirmed_by: str | None = None
+    # Approved with edits: what the model proposed (``arguments`` are what the call ran with).
+    proposed: dict[str, Any] | None = None
 
     @property
     def change(self) -> bool:
@@ -42,8 +44,10 @@ class CallSeen:
 @dataclass(frozen=True, slots=True)
 class ClickSeen:
     user: str
-    outcome: str  # approved, denied
-    verdict: str  # accepted, first_approval, or the refusal's kind (not_allowed, stale, …)
+    outcome: str  # approved, denied, edited
+    # accepted, first_approval, invalid (an edit's values refused), or the refusal's kind
+    # (not_allowed, stale, …)
+    verdict: str
     text: str = ""
 
 
@@ -58,6 +62,8 @@ class CardSeen:
     clicks: tuple[ClickSeen, ...] = ()
     status: str = "pending"  # approved, denied, expired
     decided_by: str | None = None
+    # What the call ran with: the edited arguments when someone approved with edits.
+    approved_arguments: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -101,8 +107,15 @@ def model_arguments(text: str) -> dict[str, Any]:
 def calls_of(
     messages: Sequence[AnyMessage], events: Iterable[Event], categories: Mapping[str, str]
 ) -> list[CallSeen]:
-    """Every call the model asked for, in order, with its result and whether it ran."""
+    """Every call the model asked for, in order, with its result and whether it ran (a
+    call approved with edits: the arguments it ran with, the model's as ``proposed``)."""
+    events = list(events)
     ends: dict[str, ToolEnd] = {e.call_id: e for e in events if isinstance(e, ToolEnd)}
+    edited: dict[str, ToolStart] = {
+        e.call_id: e
+        for e in events
+        if isinstance(e, ToolStart) and not e.dry_run and e.proposed is not None
+    }
     results: dict[str, ToolMessage] = {
         m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)
     }
@@ -117,12 +130,18 @@ def calls_of(
             end = ends.get(call.id)
             is_error = result.is_error if result is not None else True
             ran = end.ran if end is not None else (result is not None and not is_error)
+            arguments = model_arguments(call.arguments)
+            proposed: dict[str, Any] | None = None
+            if (start := edited.get(call.id)) is not None:
+                proposed = arguments
+                arguments = {k: v for k, v in start.arguments.items() if k != "confirmed_by"}
             calls.append(
                 CallSeen(
                     step=step,
                     call_id=call.id,
                     tool=call.name,
-                    arguments=model_arguments(call.arguments),
+                    arguments=arguments,
+                    proposed=proposed,
                     category=categories.get(call.name, "unknown"),
                     ran=ran,
                     is_error=is_error,

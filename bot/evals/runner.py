@@ -40,6 +40,7 @@ import redis.asyncio as aioredis
 import yaml
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.edits import EditErrors
 from bot.agent.events import Event
 from bot.agent.ports import ClientResolver, Injected, Pricing
 from bot.alerts.payload import Notification, parse
@@ -64,7 +65,7 @@ from bot.store.keys import Keys, Thread
 from bot.store.ledger import LedgerRecord
 from bot.store.parts import Stores
 from bot.turns.alerts import AlertDesk
-from bot.turns.controls import Accepted, FirstApproval, Refused
+from bot.turns.controls import Accepted, FirstApproval, Refused, Verdict
 from bot.turns.knowledge import Knowledge
 from bot.turns.parts import Turns
 from bot.turns.run import TurnSettings
@@ -510,15 +511,31 @@ class Evaluation:
                     destructive=record.category == "destructive",
                 )
 
-            verdict = await turns.controls.decide(
-                approval.job_id,
-                approval.call_id,
-                outcome=click.outcome,
-                by=click.user,
-                card_ts=None,
-                authorize=authorize,
-            )
+            current = await turns.stores.approvals.get(approval.job_id, approval.call_id)
+            verdict: Verdict | EditErrors
+            if click.edit is not None:
+                verdict = await turns.edits.submit(
+                    approval.job_id,
+                    approval.call_id,
+                    values=dict(click.edit.values),
+                    by=click.user,
+                    seen_edit=current.edit_tag if current is not None else "",
+                    authorize=authorize,
+                )
+            else:
+                verdict = await turns.controls.decide(
+                    approval.job_id,
+                    approval.call_id,
+                    outcome="approved" if click.outcome == "approved" else "denied",
+                    by=click.user,
+                    card_ts=None,
+                    authorize=authorize,
+                    seen_edit=current.edit_tag if current is not None else None,
+                )
             match verdict:
+                case EditErrors(errors=errors):
+                    said = "; ".join(f"{k}: {v}" for k, v in errors.items())
+                    clicks.append(ClickSeen(click.user, click.outcome, "invalid", said))
                 case Accepted():
                     clicks.append(ClickSeen(click.user, click.outcome, "accepted"))
                 case FirstApproval():
@@ -546,6 +563,7 @@ class Evaluation:
             call_id=approval.call_id,
             tool=approval.tool,
             arguments=dict(approval.arguments),
+            approved_arguments=dict(now.approved_arguments) if now is not None else None,
             category=approval.category,
             clicks=tuple(clicks),
             status=now.status if now is not None else "unknown",

@@ -218,3 +218,40 @@ async def test_repeat_runs_each_case_n_times_and_keep_leaves_the_folders(
         assert (kept / "redis").is_dir() and (kept / "cases").is_dir()
     finally:
         shutil.rmtree(kept, ignore_errors=True)
+
+
+async def test_a_card_script_can_approve_with_edits(model: ScriptedModel, tmp_path: Path) -> None:
+    """``edit: {by, values}`` submits the card's form: a bad value is refused as the form
+    would refuse it, a good one is the approval, and the call runs with the edit (the
+    report keeps what the model proposed beside it)."""
+    cases = tmp_path / "cases"
+    shutil.copytree(FIXTURES / "cases", cases)
+    case_file = cases / "fixture-restart" / "case.yml"
+    text = case_file.read_text()
+    text = text.replace(
+        "  - clicks: [{approve: U0EVALREQ}, {approve: U0EVALOPS}]",
+        "  - clicks:\n"
+        "      - {edit: {by: U0EVALOPS, values: {service: cache}}}\n"
+        "      - {edit: {by: U0EVALOPS, values: {service: db}}}",
+    )
+    text = text.replace("      args: {service: app}\n", "      args: {service: db}\n", 1)
+    case_file.write_text(text)
+    model.policy = ScriptedAgent("diligent", load_scripts(FIXTURES / "agents"))
+    report_path = tmp_path / "edit.json"
+
+    code, out, err = await opsloop_eval(
+        model, "--cases", str(cases), "fixture-restart", "--json", str(report_path)
+    )
+
+    report = json.loads(report_path.read_text())
+    (case,) = report["cases"]
+    (card,) = case["cards"]
+    assert [c["verdict"] for c in card["clicks"]] == ["invalid", "accepted"], card
+    assert "must be one of" in card["clicks"][0]["text"]
+    assert card["approved_arguments"] == {"service": "db"}
+    restart = case["calls"][1]
+    assert restart["arguments"] == {"service": "db"} and restart["proposed"] == {"service": "app"}
+    assert restart["confirmed_by"] == "U0EVALOPS"
+    called = [c for c in case["checks"] if c["kind"] == "called"]
+    assert all(c["passed"] for c in called), called
+    assert code in (0, 1), out + err
