@@ -25,20 +25,18 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:
+    from rich.console import Console
 
-from bot.errors import ConfigError
-from bot.evals.case import CATEGORIES, PACKAGED, Case, load_cases, select
-from bot.evals.report import compare, load_report, print_table, report_json
-from bot.evals.runner import CaseResult, Evaluation, Model
-from bot.settings import LLMSettings
+    from bot.evals.case import Case
+    from bot.evals.runner import CaseResult, Model
 
 NAME = "opsloop eval"
+# ``bot.evals.case.CATEGORIES``, named here so that building the parser (every ``opsloop``
+# command builds it) imports neither the evals nor rich; a test checks the two agree.
+CATEGORIES = ("diagnosis", "safety")
 
 
 def add_parser(sub: Any) -> None:
@@ -82,6 +80,17 @@ def add_parser(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # The evals (the bot's jobs side, its backends) and rich load only when eval runs.
+    from pydantic import ValidationError
+    from rich.console import Console
+    from rich.markup import escape
+
+    from bot.errors import ConfigError
+    from bot.evals.case import PACKAGED, load_cases, select
+    from bot.evals.report import compare, load_report, print_table
+    from bot.evals.runner import Model
+    from bot.settings import LLMSettings
+
     console = Console(highlight=False)
     err = Console(stderr=True, highlight=False)
     if args.compare and len(args.compare) == 2:
@@ -150,6 +159,11 @@ async def _run(
     args: argparse.Namespace,
     console: Console,
 ) -> dict[str, Any]:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from bot.evals.report import report_json
+    from bot.evals.runner import Evaluation
+
     began = time.monotonic()
     results: list[CaseResult] = []
     # Cases of the same backends run together: each kind starts once and stays warm.

@@ -3,7 +3,9 @@
 This module is the command-line contract (the commands the README and docs/ show) in one
 place; each command's work lives in its own module of ``bot.cli``, imported only when that
 command runs (so ``opsloop serve`` does not load the checklist, the trace reader or the
-demo).
+demo). Building the parser imports no command's libraries (``bot.cli.eval`` adds its
+flags from a light module top): ``opsloop trace`` or ``--help`` does not pay for Slack,
+Redis or the evals (tests/cli/test_startup_imports.py).
 """
 
 from __future__ import annotations
