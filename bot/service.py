@@ -13,7 +13,9 @@ controls, each given the stores and, where it shows something, the notifier), th
 process's ``Tasks`` (which take ``Turns``), the buttons' ``Interactions`` and the
 message listeners (which take ``Turns`` and ``Tasks.schedule``), the ``Scanner`` (with
 the card hooks of ``Interactions``) and the bolt app. ``start`` spawns the long-lived
-loops; ``close`` drains and closes in reverse order.
+loops; ``stopping`` begins the shutdown (no new job, the paced edit budget no longer
+waited for, a bound of ``OPSLOOP_DRAIN_S`` + 5 s on the exit, forced if need be) and
+``close`` drains and closes in reverse order within that bound.
 
 ``serve`` and ``socket_mode`` are ``opsloop serve`` and ``opsloop socket``: the service
 behind one of the Slack edge's transports (``bot.slack.http``, ``bot.slack.socket``).
@@ -27,9 +29,12 @@ import asyncio
 import gc
 import importlib.metadata
 import logging
+import os
 import signal
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Unpack
 
@@ -286,10 +291,30 @@ def require(bot: BotSettings, *, socket: bool) -> None:
         bot.require("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "REDIS_URL")
 
 
+EXIT_AFTER_DRAIN_S = 5.0  # SIGTERM to exit, beyond OPSLOOP_DRAIN_S (cut off, close)
+CLOSE_S = 1.5  # of which closing the clients, at the end
+FORCE_MARGIN_S = 0.5  # the process is ended by force this long before that bound
+
+
+def exit_by(seconds: float) -> threading.Timer:
+    """End the process by force ``seconds`` from now unless it ended first: a shutdown
+    stuck past its bound (a thread, so a busy event loop cannot hold it up)."""
+
+    def force() -> None:
+        log.error("the shutdown ran past %gs: exiting now", seconds)
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 @dataclass(kw_only=True)
 class Service:
     """One process serving one workspace: ``await Service.open(...)``, ``start()``,
-    ``web_app()``, ``await close()``."""
+    ``web_app()``, ``stopping()`` (optional, as the shutdown begins), ``await close()``."""
 
     settings: BotSettings
     socket: bool
@@ -306,6 +331,7 @@ class Service:
     app: AsyncApp
     tracing: Tracing | None = None
     alerts: AlertWebhook | None = None  # POST /alerts/alertmanager (404 when off)
+    _stop_by: float | None = field(default=None, init=False)  # monotonic: exit by then
 
     @classmethod
     async def open(
@@ -495,10 +521,37 @@ class Service:
             alerts=self.alerts,
         )
 
+    def stopping(self) -> None:
+        """The shutdown begins (SIGTERM): no job starts here any more, and nobody waits
+        for the paced ``chat.update`` budget (``UpdateBudget.hand_over``: an ended job's
+        edits still queued there leave its ending owed, for another process's scanner).
+        From now on the process ends within ``OPSLOOP_DRAIN_S`` + ``EXIT_AFTER_DRAIN_S``,
+        by force (``exit_by``) if the shutdown gets stuck. Idempotent."""
+        if self._stop_by is not None:
+            return
+        bound = self.settings.drain_s + EXIT_AFTER_DRAIN_S
+        self._stop_by = time.monotonic() + bound
+        self.turns.runner.drain()
+        self.budget.hand_over()
+        exit_by(bound - FORCE_MARGIN_S)
+
     async def close(self) -> None:
         """Shut down (SIGTERM, a deploy): drain the jobs (``bot.turns.background``), then close
-        every client."""
-        await self.tasks.close()
+        every client; all of it within the bound ``stopping`` set."""
+        self.stopping()
+        assert self._stop_by is not None
+        try:
+            async with asyncio.timeout(self._stop_by - FORCE_MARGIN_S - CLOSE_S - time.monotonic()):
+                await self.tasks.close()
+        except TimeoutError:  # what is left is resumed elsewhere once its lease expires
+            log.warning("jobs still running at the end of the drain were cut off")
+        try:
+            async with asyncio.timeout(self._stop_by - FORCE_MARGIN_S - time.monotonic()):
+                await self._close_clients()
+        except TimeoutError:
+            log.warning("closing the clients ran past the shutdown's bound; left open")
+
+    async def _close_clients(self) -> None:
         if self.turns.audit is not None:  # the entries the last jobs staged
             await self.turns.audit.aclose()
         await self.budget.aclose()
@@ -523,9 +576,13 @@ def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
         gc.collect()
         gc.freeze()
 
+        async def shutdown(_: web.Application) -> None:  # SIGTERM: before in-flight requests end
+            service.stopping()
+
         async def cleanup(_: web.Application) -> None:
             await service.close()
 
+        app.on_shutdown.append(shutdown)
         app.on_cleanup.append(cleanup)
         return app
 

@@ -105,7 +105,8 @@ class LiveStatus:
             self.face.budget.submit(self.face.channel, self.ts, self.message())
 
     async def edit(self, message: Message) -> bool:
-        """Edit the status message (urgent) and wait until Slack has it; whether it does."""
+        """Edit the status message (urgent) and wait until Slack has it; whether it does
+        (``HandedOver`` when the budget stopped waiting: a shutdown)."""
         assert self.ts is not None
         return await edit_urgently(self.face.budget, self.face.channel, self.ts, message) is True
 

@@ -23,7 +23,9 @@ The status message is never left saying "Working…": the ending's edit
 (``bot.slack.job_ending``) is awaited (bounded; a job whose ending could not be shown stays
 owed to the scanner's redelivery), and a run this process lets go (a shutdown's hand-over, a
 store failure) leaves it saying "Resuming…" until whoever resumes the job takes the message
-over.
+over. At a shutdown the paced budget stops being waited for (``UpdateBudget.hand_over``):
+an answer or ending still queued there is left owed at once (``HandedOver``), never
+half-shown here and completed twice.
 
 People and channels are shown by name (``bot.slack.names``, given by the composition root):
 in the answer's ``markdown`` blocks, the streamed text, the task cards and the status
@@ -62,7 +64,7 @@ from bot.slack.posting import post_in_thread, post_patiently
 from bot.slack.run_steps import RunSteps
 from bot.slack.streaming import AnswerStream, Pacing
 from bot.slack.thread_status import ASSISTANT_STATUS, StatusSwitch, ThreadStatus
-from bot.slack.updates import UpdateBudget, budget_sender, edit_urgently
+from bot.slack.updates import HandedOver, UpdateBudget, budget_sender, edit_urgently
 
 __all__ = ["JobProgress", "budget_sender", "post_patiently"]
 
@@ -360,6 +362,8 @@ class JobProgress:
                 # how the job ended.
                 await post_in_thread(self.face.client, self.channel, self.face.thread_ts, ending)
             self.delivered = True
+        except HandedOver:  # a shutdown: another process's scanner shows what is left
+            log.info("job %s: the process is stopping; its ending is left owed", self.record.id)
         except Exception:
             log.exception("reporting the end of job %s failed", self.record.id)
         finally:
@@ -394,7 +398,8 @@ class JobProgress:
         return file_id is not None
 
     async def _replace(self, ts: str, message: Message) -> bool:
-        """Edit ``ts`` to ``message`` (urgent); False only if Slack refused the edit."""
+        """Edit ``ts`` to ``message`` (urgent); False only if Slack refused the edit
+        (``HandedOver`` at a shutdown: the rest is left to the redelivery)."""
         if await edit_urgently(self.face.budget, self.channel, ts, message) is False:
             log.warning("the streamed answer of job %s could not be edited; posted", self.record.id)
             return False

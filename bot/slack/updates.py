@@ -9,6 +9,13 @@ is sent twice and the newest content of every message is eventually delivered.
 ``budget_sender`` is the budget's send function (``chat.update``, a 429 as ``RateLimited``);
 a ``Tracked`` payload learns whether Slack took it, which ``edit_urgently`` waits for (an
 edit that must be shown before the job lets go: an ending, an answer replacing its stream).
+
+At a shutdown the budget may be minutes behind (a burst's endings, ~50 a minute): its
+``hand_over`` makes nobody wait for it any more. Every waiter, and every later one, is
+told at once (``edit_urgently`` raises ``HandedOver``): a job's ending stays owed to its
+thread, for the scanner of another process to deliver, instead of holding up the drain.
+What is queued is still sent while the process lives; a redelivery after it is the same
+edit again.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ log = logging.getLogger(__name__)
 TIER3_PER_MINUTE = 50
 DEFAULT_BURST = 3
 MAX_RETRY_AFTER_S = 120.0
+
+
+class HandedOver(Exception):
+    """The budget no longer waits (``UpdateBudget.hand_over``: the process is shutting
+    down): the edit may still reach Slack, or not; whoever shows the job's ending next
+    makes sure it does."""
 
 
 class RateLimited(Exception):
@@ -75,17 +88,30 @@ class UpdateBudget:
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
         self.rate_limited = 0
+        self.handed_over = False  # nobody waits for the budget any more (``hand_over``)
 
     def submit(self, channel: str, ts: str, payload: Any, *, urgent: bool = False) -> asyncio.Event:
         """Queue the newest content of a message (replacing content not yet sent);
-        returns an event set once this content, or content that replaced it, was sent."""
+        returns an event set once this content, or content that replaced it, was sent
+        (at once once the budget is ``handed_over``: it is still sent, unwaited)."""
         key = (channel, ts)
         old = self._pending.pop(key, None)
         done = old.done if old is not None else asyncio.Event()
         self._pending[key] = _Pending(payload, urgent or (old is not None and old.urgent), done)
+        if self.handed_over:
+            done.set()
         self._wake.set()
         self._ensure_running()
         return done
+
+    def hand_over(self) -> None:
+        """Stop anyone waiting for the budget (a shutdown): every waiter is released now
+        and every later one at once (``edit_urgently`` raises ``HandedOver``); what is
+        queued is still sent, paced, until ``aclose``."""
+        self.handed_over = True
+        for table in (self._pending, self._inflight):
+            for pending in table.values():
+                pending.done.set()
 
     async def drain(self, channel: str, ts: str) -> None:
         """Wait until the message's pending content, if any, has been sent."""
@@ -194,8 +220,13 @@ async def edit_urgently(
 ) -> bool | None:
     """Edit the message ``ts`` before any paced update and wait until the budget is done
     with it: whether Slack took the edit, or None when newer content for the message
-    took its place first."""
+    took its place first. ``HandedOver`` when the budget stopped waiting first (a
+    shutdown): the edit may or may not reach Slack."""
     outcome: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
     done = budget.submit(channel, ts, Tracked(message, outcome), urgent=True)
     await done.wait()
-    return outcome.result() if outcome.done() else None
+    if outcome.done():
+        return outcome.result()
+    if budget.handed_over:
+        raise HandedOver(f"the edit of {ts} in {channel} was left queued at a shutdown")
+    return None
