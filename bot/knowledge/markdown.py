@@ -19,23 +19,35 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 LIST_KEYS = ("alerts", "services", "tags")
 _FENCE_CLOSE = ("---", "...")
-# Blocks only: inline markup is parsed for headings alone (half the time of a full parse).
-# Lists and link reference definitions are not parsed either (the list rule is most of
-# markdown-it-py's time on step-by-step runbooks): a list item's lines read as paragraphs,
-# and a fence or indented code under an item still hides its ``#`` lines. The one loss is a
-# heading written inside a list item (``- ## Step``), rare in runbooks: it is plain text.
-_BLOCKS = MarkdownIt("commonmark").disable(["inline", "list", "reference"])
-_INLINE = MarkdownIt("commonmark")
 # ``yaml.safe_load``'s loader, in C when PyYAML was built with libyaml (ten times faster).
 _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@cache
+def _parsers() -> tuple[MarkdownIt, MarkdownIt]:
+    """The (blocks, inline) parsers every parse shares, built on the first runbook parsed:
+    a bot without runbooks never loads markdown-it-py.
+
+    Blocks only: inline markup is parsed for headings alone (half the time of a full
+    parse). Lists and link reference definitions are not parsed either (the list rule is
+    most of markdown-it-py's time on step-by-step runbooks): a list item's lines read as
+    paragraphs, and a fence or indented code under an item still hides its ``#`` lines. The
+    one loss is a heading written inside a list item (``- ## Step``), rare in runbooks: it
+    is plain text."""
+    from markdown_it import MarkdownIt
+
+    blocks = MarkdownIt("commonmark").disable(["inline", "list", "reference"])
+    return blocks, MarkdownIt("commonmark")
 
 
 class BrokenRunbook(ValueError):
@@ -175,8 +187,8 @@ def _front_matter(data: Mapping[Any, Any], lines: list[str]) -> FrontMatter:
 
 def _heading_text(source: str) -> str:
     """A heading's words as a reader sees them (emphasis, links and code unwrapped)."""
-    parsed = _INLINE.parseInline(source)
-    children: list[Token] = (parsed[0].children or []) if parsed else []
+    parsed = _parsers()[1].parseInline(source)
+    children = (parsed[0].children or []) if parsed else []
     parts = [
         child.content for child in children if child.type in ("text", "code_inline", "softbreak")
     ]
@@ -185,7 +197,7 @@ def _heading_text(source: str) -> str:
 
 def _sections(markdown: str) -> tuple[Section, ...]:
     lines = markdown.splitlines(keepends=True)
-    tokens = _BLOCKS.parse(markdown)
+    tokens = _parsers()[0].parse(markdown)
     # (first line, line after the heading, level, text) of every heading, in order
     headings: list[tuple[int, int, int, str]] = []
     for i, token in enumerate(tokens):
