@@ -521,19 +521,21 @@ class Service:
             alerts=self.alerts,
         )
 
-    def stopping(self) -> None:
+    def stopping(self, *, force_exit: bool = False) -> None:
         """The shutdown begins (SIGTERM): no job starts here any more, and nobody waits
         for the paced ``chat.update`` budget (``UpdateBudget.hand_over``: an ended job's
         edits still queued there leave its ending owed, for another process's scanner).
-        From now on the process ends within ``OPSLOOP_DRAIN_S`` + ``EXIT_AFTER_DRAIN_S``,
-        by force (``exit_by``) if the shutdown gets stuck. Idempotent."""
+        ``close`` ends within ``OPSLOOP_DRAIN_S`` + ``EXIT_AFTER_DRAIN_S`` from now; with
+        ``force_exit`` (the process is ``serve``'s or ``socket``'s), the process itself
+        does, by force (``exit_by``) if the shutdown gets stuck. Idempotent."""
         if self._stop_by is not None:
             return
         bound = self.settings.drain_s + EXIT_AFTER_DRAIN_S
         self._stop_by = time.monotonic() + bound
         self.turns.runner.drain()
         self.budget.hand_over()
-        exit_by(bound - FORCE_MARGIN_S)
+        if force_exit:
+            exit_by(bound - FORCE_MARGIN_S)
 
     async def close(self) -> None:
         """Shut down (SIGTERM, a deploy): drain the jobs (``bot.turns.background``), then close
@@ -577,7 +579,7 @@ def serve(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None:
         gc.freeze()
 
         async def shutdown(_: web.Application) -> None:  # SIGTERM: before in-flight requests end
-            service.stopping()
+            service.stopping(force_exit=True)
 
         async def cleanup(_: web.Application) -> None:
             await service.close()
@@ -619,6 +621,7 @@ def socket_mode(bot: BotSettings, llm: LLMSettings, tools: ToolSettings) -> None
                 stop=stop,
             )
         finally:
+            service.stopping(force_exit=True)
             await service.close()
 
     asyncio.run(main())

@@ -42,6 +42,7 @@ which the composition root and the tests take from here, live beside what they s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -313,7 +314,8 @@ class JobProgress:
         try:
             async with asyncio.timeout(ABANDON_S):
                 if self.status.ts is not None:
-                    await self.status.edit(self.status.message())
+                    with contextlib.suppress(HandedOver):  # a shutdown: sent if there is time
+                        await self.status.edit(self.status.message())
                 if stream is not None:
                     await stream.settle()
                 if self.steps.stream is not None:

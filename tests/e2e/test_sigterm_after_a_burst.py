@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
+from bot.emulator.bot_process import REPO_ROOT
 from bot.emulator.redis_server import ManagedRedis
 from bot.emulator.scripted import Reply, ScriptedRequest
 from bot.emulator.slack import BOT_USER_ID, FakeSlack
@@ -140,3 +143,20 @@ async def test_sigterm_after_a_burst_exits_within_the_drain_and_loses_nothing(
         said = bot_messages(slack, ts)
         assert said.count(f"Result: burst {n} checked") == 1, said
         assert sum(t.startswith("Done") for t in said) == 1, said
+
+
+async def test_a_shutdown_stuck_past_its_bound_ends_by_force(tmp_path: Path) -> None:
+    """``exit_by``: whatever holds the process up (here a sleep that never ends), it
+    exits (1) once the bound is past."""
+    script = "import time; from bot.service import exit_by; exit_by(0.5); time.sleep(600)"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, cwd=REPO_ROOT, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 1
+    assert b"the shutdown ran past" in err

@@ -137,3 +137,20 @@ async def test_a_streamed_answer_left_queued_is_not_posted_again(
     assert posted == []
     assert len([m for m in slack.messages(CHANNEL, THREAD) if STREAMED in m.text]) == 1
     await budget.aclose()
+
+
+async def test_a_run_let_go_at_the_shutdown_still_winds_its_streams_up(
+    slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    """The "Resuming…" edit is not waited for once the budget is handed over, and the
+    stream the run had open is stopped all the same."""
+    budget = FullBudget(client)
+    progress = JobProgress(client, budget, record(), team_id="T1", clock=FakeClock())
+    await progress.start()
+    progress(ModelRequestStart(iteration=1, model="m", attempt=1))
+    progress(StreamDelta(STREAMED))
+    await slack.wait_for(lambda: bool(slack.calls_of("chat.startStream")), timeout=5)
+    budget.hand_over()
+    await asyncio.wait_for(progress.abandon(), 5)
+    assert slack.calls_of("chat.stopStream")  # wound up, not left open
+    await budget.aclose()
