@@ -88,7 +88,7 @@ before execution" clicks within a scan of the pause; clicked later (after the sc
 first look moved the paused job's next look 30 s on), the survivor resumes it only at
 that look (``AWAITING_RECHECK_S``): ~32 s from the kill, measured once, past the lease.
 Each kill scenario waits out the dead process's lease (15 s, not configurable:
-``bot.store.keys.LEASE_TTL_MS``), so those rows take ~18 s each; the file ~2.7 min.
+``bot.store.keys.LEASE_TTL_MS``), so those rows take ~18 s each; the file ~4.5 min.
 """
 
 from __future__ import annotations

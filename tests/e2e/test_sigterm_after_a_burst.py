@@ -129,6 +129,7 @@ async def test_sigterm_after_a_burst_exits_within_the_drain_and_loses_nothing(
                 f"{len(left)} jobs unsettled, e.g. {left[:5]}\n{staying.output()}"
             )
             await asyncio.sleep(POLL_S)
+        print(f"every job ended and shown {time.monotonic() - started:.1f} s after SIGTERM")
         statuses = {await client.hget(KEYS.job(first_job(CHANNEL, ts)), "status") for ts in threads}
     finally:
         await client.aclose()
