@@ -5,7 +5,9 @@ place; each command's work lives in its own module of ``bot.cli``, imported only
 command runs (so ``opsloop serve`` does not load the checklist, the trace reader or the
 demo). Building the parser imports no command's libraries (``bot.cli.eval`` adds its
 flags from a light module top): ``opsloop trace`` or ``--help`` does not pay for Slack,
-Redis or the evals (tests/cli/test_startup_imports.py).
+Redis or the evals; run as the process's command, it keeps libraries from importing what
+they import only because it is installed (``UNUSED_OPTIONAL_MODULES``: httpx's own command
+line, trio). tests/cli/test_startup_imports.py lists what each path imports.
 """
 
 from __future__ import annotations
@@ -16,8 +18,17 @@ import sys
 from bot import __version__
 from bot.cli import CONFIG_REFERENCE
 
+# Modules that libraries import only because they are installed, and that no command uses:
+# httpx imports its own command line (rich, click, pygments) whenever those are installed
+# (``rich`` is ours, ``click`` comes with the mcp extra), and httpcore imports trio whenever
+# it is (opsloop runs on asyncio alone; trio is in no lock). Marked absent, importing them
+# raises ImportError, which both libraries handle by design (httpx keeps a stub
+# ``httpx.main``, httpcore runs on anyio); that is about 0.15 s of every command's start.
+UNUSED_OPTIONAL_MODULES = ("httpx._main", "trio")
+
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command of ``argv`` (default: the process's arguments); its exit status."""
     parser = argparse.ArgumentParser(prog="opsloop", description="Slack chat-ops agent.")
     parser.add_argument("--version", action="version", version=f"opsloop {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     _add_tools_parser(sub)
     args = parser.parse_args(argv)
+    if argv is None:  # this process is the command; a caller in its own process is not
+        skip_unused_optional_modules()
 
     if args.command == "demo":
         from bot.cli.demo import main as demo_main
@@ -163,6 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         return tools_main(args)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def skip_unused_optional_modules() -> None:
+    """Keep ``UNUSED_OPTIONAL_MODULES`` from being imported in this process (one already
+    imported stays)."""
+    for name in UNUSED_OPTIONAL_MODULES:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 
 
 def _add_audit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -97,6 +97,45 @@ def test_parsing_arguments_imports_no_command(argv: tuple[str, ...]) -> None:
     assert among(loaded, NOT_TO_PARSE) == []
 
 
+# What ``opsloop serve`` loads on top of the service it runs, and needs only sometimes:
+# a runbook parser without runbooks, the evals; httpx's own command line and trio, which
+# httpx and httpcore import only because they are installed (``UNUSED_OPTIONAL_MODULES``).
+NOT_TO_SERVE = ("bot.evals", "markdown_it", "rich", "click", "pygments", "trio")
+
+# ``opsloop serve`` as the process's command (``main()`` reads ``sys.argv``): with no
+# settings it stops at the settings check (exit 2), once the service is imported.
+SERVE = """
+import json, sys
+from bot.cli.main import main
+sys.argv = ["opsloop", "serve"]
+assert main() == 2
+print(json.dumps(sorted(m for m, module in sys.modules.items() if module is not None)))
+"""
+
+
+def test_serve_imports_the_service_and_nothing_it_does_not_use() -> None:
+    loaded = modules_after(SERVE)
+    assert "bot.service" in loaded and "httpx" in loaded  # the service was imported
+    assert among(loaded, NOT_TO_SERVE) == []
+
+
+MARKED_ABSENT = """
+import json, sys
+from bot.cli.main import UNUSED_OPTIONAL_MODULES, main
+assert main(sys.argv[1:]) == 2
+print(json.dumps([m for m in UNUSED_OPTIONAL_MODULES if m in sys.modules and not sys.modules[m]]))
+"""
+
+
+def test_a_caller_in_its_own_process_keeps_every_module_importable() -> None:
+    """``main(argv)`` called by a program (a test) marks nothing absent in its process."""
+    assert modules_after(MARKED_ABSENT, "serve") == []
+    assert modules_after(MARKED_ABSENT.replace("main(sys.argv[1:])", "main()"), "serve") == [
+        "httpx._main",
+        "trio",
+    ]
+
+
 def test_the_eval_parser_names_the_case_categories() -> None:
     """``eval --help`` names the categories without importing the case format."""
     assert PARSER_CATEGORIES == CATEGORIES
