@@ -7,7 +7,8 @@ demo). Building the parser imports no command's libraries (``bot.cli.eval`` adds
 flags from a light module top): ``opsloop trace`` or ``--help`` does not pay for Slack,
 Redis or the evals; run as the process's command, it keeps libraries from importing what
 they import only because it is installed (``UNUSED_OPTIONAL_MODULES``: httpx's own command
-line, trio). tests/cli/test_startup_imports.py lists what each path imports.
+line, trio, OpenTelemetry's metrics SDK). tests/cli/test_startup_imports.py lists what
+each path imports.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from bot.cli import CONFIG_REFERENCE
 
 # Modules that libraries import only because they are installed, and that no command uses:
 # httpx imports its own command line (rich, click, pygments) whenever those are installed
-# (``rich`` is ours, ``click`` comes with the mcp extra), and httpcore imports trio whenever
-# it is (opsloop runs on asyncio alone; trio is in no lock). Marked absent, importing them
-# raises ImportError, which both libraries handle by design (httpx keeps a stub
-# ``httpx.main``, httpcore runs on anyio); that is about 0.15 s of every command's start.
-UNUSED_OPTIONAL_MODULES = ("httpx._main", "trio")
+# (``rich`` is ours, ``click`` comes with the mcp extra); httpcore imports trio whenever it
+# is (opsloop runs on asyncio alone; trio is in no lock); redis-py imports OpenTelemetry's
+# metrics SDK whenever it is (the otel extra), for its own opt-in metrics, which opsloop
+# never turns on (its traces need the trace SDK only; metrics are Prometheus'). Marked
+# absent, importing them raises ImportError, which each library handles by design (httpx
+# keeps a stub ``httpx.main``, httpcore runs on anyio, redis-py's metrics stay off): about
+# 0.2-0.3 s of every command's start.
+UNUSED_OPTIONAL_MODULES = ("httpx._main", "trio", "opentelemetry.sdk.metrics")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,9 +98,18 @@ def test_parsing_arguments_imports_no_command(argv: tuple[str, ...]) -> None:
 
 
 # What ``opsloop serve`` loads on top of the service it runs, and needs only sometimes:
-# a runbook parser without runbooks, the evals; httpx's own command line and trio, which
-# httpx and httpcore import only because they are installed (``UNUSED_OPTIONAL_MODULES``).
-NOT_TO_SERVE = ("bot.evals", "markdown_it", "rich", "click", "pygments", "trio")
+# a runbook parser without runbooks, the evals; httpx's own command line, trio and
+# OpenTelemetry's SDK, which httpx, httpcore and redis-py import only because they are
+# installed (``UNUSED_OPTIONAL_MODULES``; tracing is off without ``OTEL_*``).
+NOT_TO_SERVE = (
+    "bot.evals",
+    "markdown_it",
+    "rich",
+    "click",
+    "pygments",
+    "trio",
+    "opentelemetry.sdk",
+)
 
 # ``opsloop serve`` as the process's command (``main()`` reads ``sys.argv``): with no
 # settings it stops at the settings check (exit 2), once the service is imported.
@@ -133,6 +142,7 @@ def test_a_caller_in_its_own_process_keeps_every_module_importable() -> None:
     assert modules_after(MARKED_ABSENT.replace("main(sys.argv[1:])", "main()"), "serve") == [
         "httpx._main",
         "trio",
+        "opentelemetry.sdk.metrics",
     ]
 
 
