@@ -79,6 +79,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/redact.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/slack_ack.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/alerts.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/cli_startup.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/knowledge.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/slack_calls.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/pack_host_http.py

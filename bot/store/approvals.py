@@ -68,9 +68,9 @@ from dataclasses import dataclass
 from bot.agent.ports import Approved, Denied
 from bot.errors import StoreError
 from bot.records import ApprovalRecord as ApprovalRecord
-from bot.records import edited_json
 from bot.records import Outcome as Outcome
 from bot.records import Status as Status
+from bot.records import edited_json
 from bot.store.approval_audit import decided_entry_head, requested_entry
 from bot.store.approval_index import CARD_EDIT_GRACE_S as CARD_EDIT_GRACE_S
 from bot.store.approval_index import CARD_EDIT_RETRY_S as CARD_EDIT_RETRY_S

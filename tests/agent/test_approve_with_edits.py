@@ -30,7 +30,7 @@ from bot.agent import (
     UserMessage,
     run,
 )
-from bot.agent.edits import EditErrors, EditedCall, edit_diff, edit_fields, parse_edit
+from bot.agent.edits import EditedCall, EditErrors, edit_diff, edit_fields, parse_edit
 from bot.agent.events import ToolStart
 from bot.agent.testing import FakeClock, ScriptedModel, call, calls, text
 

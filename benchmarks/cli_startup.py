@@ -5,7 +5,7 @@ then exits 2), and ``import bot.service`` alone, against ``python -c pass`` (the
 the interpreter's own start) measured in the same run. The tests start a few hundred
 such children; each one's start-up is CPU the suite pays.
 
-    python benchmarks/bench_cli_startup.py [--repeats N] [--before DIR]
+    python benchmarks/cli_startup.py [--repeats N] [--before DIR]
 
 ``--before DIR`` also runs another checkout's ``bot`` (``git archive REV | tar -x -C
 DIR``), interleaved with this one's, for a before/after comparison in the same run.
