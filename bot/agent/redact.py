@@ -11,7 +11,8 @@ credential shapes with ``[redacted]`` and keeps what kind of thing it was readab
   ``sk-``, Stripe live keys, Google API keys, JWTs;
 - ``Authorization`` / ``Proxy-Authorization`` values and ``Cookie`` / ``Set-Cookie`` lines;
 - the password of a URL (``postgres://app:[redacted]@db-01``);
-- the value of any ``key=value`` / ``key: value`` whose key names a password, secret,
+- the value of any ``key=value`` / ``key: value`` whose key names a password (``DB_PASS``
+  too: ``pass`` as a word of its own, not ``bypass``), secret,
   token, API or access key, private key or credential, on the same line — unless the
   value is a number, a boolean or null (``max_tokens: 4096`` stays) or the key only names
   or describes a secret (``secretName: tls-cert``, ``password_file=…``, ``token_type``).
@@ -52,8 +53,9 @@ _COOKIE = re.compile(r"(?im)\b((?:set-)?cookie\s*:\s*)[^\r\n]+")
 _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(@)")
 # Starts at the keyword (whatever precedes it, ``db_`` in ``db_password``, is kept as is).
 _KEYED = re.compile(
-    r"(?i)((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
-    r"|credential)[\w.-]*)([\"']?[ \t]*[:=][ \t]*)([\"']?)([^\s\"',;&}]+)"
+    r"(?i)((?:password|passwd|pwd|(?<![a-z])pass(?![a-z])|secret|token|api[_-]?key"
+    r"|access[_-]?key|private[_-]?key|credential)[\w.-]*)"
+    r"([\"']?[ \t]*[:=][ \t]*)([\"']?)([^\s\"',;&}]+)"
 )
 # Keys that name or describe a secret rather than hold it (``secretName: tls-cert``,
 # ``password_file=/run/secrets/db``, ``token_type: Bearer``).
@@ -86,7 +88,7 @@ def _keyed(m: re.Match[str]) -> str:
 
 
 _KEYWORDS = (
-    "password", "passwd", "pwd", "secret", "token", "apikey", "api_key", "api-key",
+    "password", "passwd", "pwd", "pass", "secret", "token", "apikey", "api_key", "api-key",
     "accesskey", "access_key", "access-key", "privatekey", "private_key", "private-key",
     "credential",
 )  # fmt: skip

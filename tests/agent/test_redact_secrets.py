@@ -50,6 +50,11 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJ
         ),
         ("REDIS_URL=redis://:hunter22@cache:6379/0", f"REDIS_URL=redis://:{REDACTED}@cache:6379/0"),
         ("password=hunter2 user=bob", f"password={REDACTED} user=bob"),
+        (  # an environment dump: DB_PASS, as apps print it
+            "DB_HOST=db DB_USER=app DB_PASS=Hunter2-9f POOL=20",
+            f"DB_HOST=db DB_USER=app DB_PASS={REDACTED} POOL=20",
+        ),
+        ("smtp_pass: 'x9y8z7'", f"smtp_pass: '{REDACTED}'"),
         (
             '{"db_password": "hunter2", "port": 5432}',
             f'{{"db_password": "{REDACTED}", "port": 5432}}',
@@ -92,6 +97,8 @@ def test_credentials_are_redacted(raw: str, scrubbed: str) -> None:
         "GET https://example.com/health?id=42 200",
         "pod web-7d9f8c6b5-x2x9z restarted; ask-tokens disabled",
         "Authorization header missing",
+        "bypass=cache-layer passes=3 passenger: alice",  # pass only as a word of its own
+        "pass: true",
         "",
     ],
 )

@@ -119,7 +119,7 @@ async def test_secret_in_log_is_fresh_each_time(
         text = await call(tools["host_tail_log"], path=first["log"])
         # The model sees it: the bot's redaction of tool output does not know this shape
         # (if it learns it, the case's secret needs a shape it does not know).
-        assert f"DB_PASS={first['secret']} " in redact_secrets(text)
+        assert f"as app with {first['secret']} " in redact_secrets(text)
         assert "password authentication failed" in text
     async with backend.fault("secret_in_log", {}) as second:
         assert second["secret"] != first["secret"]
