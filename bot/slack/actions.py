@@ -41,7 +41,14 @@ from bot.slack.inbound import JOB_ID
 from bot.slack.policy import ApproverPolicy
 from bot.slack.status_blocks import ending_message
 from bot.slack.updates import UpdateBudget
-from bot.turns.controls import UNKNOWN_CARD, Accepted, FirstApproval, Refused, Verdict
+from bot.turns.controls import (
+    REFUSED_CHANGED,
+    UNKNOWN_CARD,
+    Accepted,
+    FirstApproval,
+    Refused,
+    Verdict,
+)
 from bot.turns.parts import Turns
 from bot.turns.spend import CapContinued, DailyCaps, Raised, continue_capped, stopped_by_cap
 
@@ -314,8 +321,17 @@ class Interactions:
                 self._later(self.tell(body, FIRST_APPROVAL), "ephemeral")
             case Refused(text=why):
                 self._later(self.tell(body, f"Nothing changed: {why}."), "ephemeral")
+                if why == REFUSED_CHANGED:  # the card the clicker saw is behind: redraw it
+                    self._later(self.reshow(job_id, call_id), "card")
             case _:
                 assert_never(verdict)
+
+    async def reshow(self, job_id: str, call_id: str) -> None:
+        """Draw a pending card again from its record (a click showed that what the card
+        shows is behind it: an edit whose card edit a crash or Slack lost)."""
+        approval = await self.turns.stores.approvals.get(job_id, call_id)
+        if approval is not None and approval.status == "pending" and approval.card_ts:
+            await self.show_card(approval)
 
     async def _steerer(self, body: dict[str, Any], job_id: str) -> str | None:
         """The clicker of Stop or Continue if they may steer the job the button names

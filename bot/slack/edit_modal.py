@@ -218,6 +218,8 @@ class EditModal:
             it.background(it.tell(body, f"Nothing changed: {UNRECORDED}."), "ephemeral")
             return
         if isinstance(form, EditForm) and form.approval.edit_tag != tag:
+            # The card is behind its record (an edit whose card edit was lost): redraw it.
+            it.background(it.show_card(form.approval), "card")
             form = Refused("stale", EDIT_CHANGED)
         if isinstance(form, EditForm):
             approval = form.approval

@@ -36,7 +36,9 @@ from bot.agent.state import StopReason
 from bot.alerts.text import REQUESTER as ALERT_REQUESTER
 from bot.errors import StoreError
 from bot.store.approvals import (
-    REFUSED_CHANGED,
+    REFUSED_CHANGED as REFUSED_CHANGED,
+)
+from bot.store.approvals import (
     REFUSED_EXPIRED,
     REFUSED_STALE,
     ApprovalRecord,

@@ -222,10 +222,18 @@ async def test_an_approve_clicked_on_the_card_before_an_edit_does_not_approve_th
         lambda: "Edited and approved by" in str(slack.message("C1", card.ts).blocks), timeout=30
     )
 
+    def card_edits() -> int:
+        return sum(1 for c in slack.calls_of("chat.update") if c.get("ts") == card.ts)
+
+    before = card_edits()
     assert await click(serve, slack, card, SECOND, "Approve") == 200  # the old card's button
     await slack.wait_for(lambda: bool(slack.ephemerals("C1", SECOND)), timeout=10)
     assert "edited since you looked" in slack.ephemerals("C1", SECOND)[0].text
     assert runs(log) == [] and pending(slack, card)
+    # The clicker's card was behind: it is drawn again from the record (had a crash lost
+    # the edit's own redraw, this is what shows it).
+    await slack.wait_for(lambda: card_edits() > before, timeout=10)
+    assert "Edited and approved by" in str(slack.message("C1", card.ts).blocks)
 
 
 async def test_an_edit_racing_an_approve_is_one_decision(
