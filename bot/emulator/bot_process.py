@@ -6,7 +6,10 @@ configures opsloop, Slack, the model or a proxy. ``BotProcess`` runs ``python -m
 serve`` with it, waits for ``GET /healthz`` to answer 200, posts signed requests to
 ``/slack/events`` (built with ``bot.emulator.slack_requests``) and stops it (SIGTERM, then
 SIGKILL to its process group); its stdout and stderr go to files, shown when something
-fails. ``opsloop_command`` runs another ``opsloop`` command against a Redis.
+fails. ``serve`` and ``socket`` children are forked from a warm zygote
+(``bot.emulator.zygote``: the same process as a fresh start, without paying its imports
+again) unless ``OPSLOOP_TEST_FORK=0``; other commands are spawned fresh.
+``opsloop_command`` runs another ``opsloop`` command against a Redis.
 
 Used by the end-to-end tests (``tests/e2e/harness.py`` re-exports it; their fixtures are in
 ``tests/e2e/conftest.py``) and by the benchmarks that run the whole bot.
@@ -23,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import httpx
 
@@ -34,6 +37,7 @@ from bot.emulator.scripted_model import ScriptedModel
 from bot.emulator.sender import sign
 from bot.emulator.slack import FakeSlack
 from bot.emulator.slack_requests import content_type, event_body
+from bot.emulator.zygote import ForkedProcess, fork_bot
 
 SIGNING_SECRET = "e2e-signing-secret"
 BOT_TOKEN = "xoxb-test"
@@ -56,6 +60,21 @@ OUTPUT_TAIL_CHARS = 20_000
 _INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "VIRTUAL_ENV")
 
 
+class ChildProcess(Protocol):
+    """What ``BotProcess`` uses of its child: an ``asyncio.subprocess.Process`` or a
+    ``bot.emulator.zygote.ForkedProcess``."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def send_signal(self, sig: int, /) -> None: ...
+
+
 class BotStartError(RuntimeError):
     """``opsloop serve`` exited or never answered ``/healthz`` 200; the message holds its output."""
 
@@ -70,11 +89,8 @@ def bot_env(
 ) -> dict[str, str]:
     """The environment ``serve`` runs with: our fakes, test credentials, ``extra`` on top
     (a None value removes the variable). PORT and HOST are the process's own."""
-    env: dict[str, str] = {k: os.environ[k] for k in _INHERITED if k in os.environ}
-    pythonpath = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = base_env()
     env.update(
-        PYTHONPATH=os.pathsep.join(pythonpath),
-        PYTHONUNBUFFERED="1",
         NO_PROXY="127.0.0.1,localhost",
         SLACK_BOT_TOKEN=BOT_TOKEN,
         SLACK_SIGNING_SECRET=secret,
@@ -89,6 +105,15 @@ def bot_env(
             env.pop(key, None)
         else:
             env[key] = value
+    return env
+
+
+def base_env() -> dict[str, str]:
+    """What every child's environment starts from (the zygote runs with it): enough to
+    run Python from this checkout, nothing that configures opsloop."""
+    env: dict[str, str] = {k: os.environ[k] for k in _INHERITED if k in os.environ}
+    pythonpath = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env.update(PYTHONPATH=os.pathsep.join(pythonpath), PYTHONUNBUFFERED="1")
     return env
 
 
@@ -110,7 +135,7 @@ class BotProcess(StartStop):
     host: str = "127.0.0.1"
     name: str = field(default_factory=lambda: f"bot-{next(_process_numbers)}")
     port: int = 0
-    _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
+    _proc: ChildProcess | None = field(default=None, init=False, repr=False)
     _http: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
 
     @property
@@ -134,6 +159,11 @@ class BotProcess(StartStop):
         return None if self._proc is None else self._proc.returncode
 
     @property
+    def forked(self) -> bool:
+        """Whether the child was forked from the zygote (not spawned fresh)."""
+        return isinstance(self._proc, ForkedProcess)
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.returncode is None
 
@@ -148,6 +178,17 @@ class BotProcess(StartStop):
         env = {**self.env, "HOST": self.host, "PORT": str(self.port)}
         # Append, so a restarted process's earlier output stays readable.
         with self.stdout_path.open("ab") as out, self.stderr_path.open("ab") as err:
+            self._proc = await fork_bot(
+                self.argv,
+                env,
+                zygote_env=base_env(),
+                cwd=self.log_dir,
+                stdout=out.fileno(),
+                stderr=err.fileno(),
+                new_session=True,
+            )
+            if self._proc is not None:
+                return self
             self._proc = await asyncio.create_subprocess_exec(
                 *self.argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -226,7 +267,7 @@ class BotProcess(StartStop):
         return await asyncio.wait_for(self._proc.wait(), timeout)
 
     @staticmethod
-    def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    def _kill_group(proc: ChildProcess) -> None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
