@@ -20,6 +20,9 @@
   strict mode refusing what vLLM refuses); ``anthropic`` its Anthropic Messages rendering;
   ``scripted`` what a script is made of (``Reply``, ``Fault``, ``ScriptedRequest``) and what
   both renderings share, so neither imports the other.
+- ``bot_process``: a real ``opsloop serve``/``socket`` child for the e2e tests; ``zygote``
+  forks it from a warm process that imported the service once (about half the suite's
+  CPU of starting bots), falling back to a fresh interpreter where that could differ.
 - ``redis_server``: a ``redis-server`` child process on a free loopback port.
 - ``postgres_server``: a real PostgreSQL 15 primary and its streaming standby, for the
   postgres pack's tests and benchmark.
