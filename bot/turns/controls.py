@@ -164,19 +164,9 @@ class Controls:
             if approval.status == outcome and approval.decided_by == by:
                 return await self._own_click_again(approval, args_hash)
             return Refused("decided", refusal_text(approval))
-        if time.time() >= approval.expires_at:
-            return Refused("expired", REFUSED_EXPIRED)
-        record = await self.jobs.get(job_id)
-        pending = record.progress.pending if record is not None else None
-        current = pending.approval if pending is not None else None
-        if (
-            record is None
-            or record.status is not JobStatus.AWAITING_APPROVAL
-            or current is None
-            or current.call_id != call_id
-            or current.args_hash != approval.args_hash
-        ):
-            return Refused("stale", REFUSED_STALE)
+        waiting = await self.waiting_job(approval)
+        if isinstance(waiting, Refused):
+            return waiting
         if (refusal := await authorize(approval)) is not None:
             return Refused("not_allowed", refusal)
         if seen_edit is not None and seen_edit != approval.edit_tag:
@@ -207,6 +197,25 @@ class Controls:
             return Refused(reason, result.refusal or ALREADY_DECIDED)
         await self._look_soon(job_id)
         return Accepted(result.record, replicated=result.replicated)
+
+    async def waiting_job(self, approval: ApprovalRecord) -> JobRecord | Refused:
+        """The job of a pending ``approval`` if the card still stands for the call it waits
+        on; refused when the card expired or the job no longer waits on this very call
+        (stale)."""
+        if time.time() >= approval.expires_at:
+            return Refused("expired", REFUSED_EXPIRED)
+        record = await self.jobs.get(approval.job_id)
+        pending = record.progress.pending if record is not None else None
+        current = pending.approval if pending is not None else None
+        if (
+            record is None
+            or record.status is not JobStatus.AWAITING_APPROVAL
+            or current is None
+            or current.call_id != approval.call_id
+            or current.args_hash != approval.args_hash
+        ):
+            return Refused("stale", REFUSED_STALE)
+        return record
 
     async def _first_approval(self, approval: ApprovalRecord, by: str) -> Verdict | None:
         """An Approve of a call that needs two approvers: recorded as its first approval

@@ -33,12 +33,11 @@ from bot.errors import ToolError
 from bot.store.approvals import (
     REFUSED_CHANGED,
     REFUSED_EXPIRED,
-    REFUSED_STALE,
     ApprovalRecord,
     Approvals,
     refusal_text,
 )
-from bot.store.jobs import Jobs, JobStatus
+from bot.store.jobs import Jobs
 from bot.turns.controls import (
     ALREADY_DECIDED,
     UNKNOWN_CARD,
@@ -106,19 +105,9 @@ class Edits:
             return Refused("unknown", UNKNOWN_CARD)
         if approval.status != "pending":
             return Refused("decided", refusal_text(approval) or ALREADY_DECIDED)
-        if time.time() >= approval.expires_at:
-            return Refused("expired", REFUSED_EXPIRED)
-        record = await self.jobs.get(job_id)
-        pending = record.progress.pending if record is not None else None
-        current = pending.approval if pending is not None else None
-        if (
-            record is None
-            or record.status is not JobStatus.AWAITING_APPROVAL
-            or current is None
-            or current.call_id != call_id
-            or current.args_hash != approval.args_hash
-        ):
-            return Refused("stale", REFUSED_STALE)
+        record = await self.controls.waiting_job(approval)
+        if isinstance(record, Refused):
+            return record
         tool = next((t for t in job_tools(self.catalog, record) if t.name == approval.tool), None)
         if tool is None:
             return Refused("stale", f"the tool {approval.tool} is no longer offered")
