@@ -66,8 +66,11 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     )
     | SHARED,
     # The chaos soak (bot.emulator.soak) reads each job's state by the store's keys and
-    # judges its ending by the scanner's MAX_DELIVERIES.
-    "bot.emulator": frozenset({"bot.agent", "bot.errors", "bot.records", "bot.store", "bot.turns"}),
+    # judges its ending by the scanner's MAX_DELIVERIES; the tests' zygote
+    # (bot.emulator.zygote) preloads what `opsloop serve` imports, from the CLI down.
+    "bot.emulator": frozenset(
+        {"bot.agent", "bot.errors", "bot.records", "bot.store", "bot.turns", "bot.cli"}
+    ),
     "bot.dev": frozenset({"bot.llm", "bot.store", "tools", "bot.turns", "bot.slack", "bot.service"})
     | {"bot.emulator"}
     | SHARED,
