@@ -40,6 +40,29 @@ def call_then_answer(tool: str, args: dict[str, object]) -> Any:
     return policy
 
 
+SCALE = ("scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"})
+DELETE = ("delete_pods", {"selector": "app=web"})
+
+
+async def asked(
+    bot: StartBot,
+    slack: FakeSlack,
+    model: ScriptedModel,
+    tmp_path: Path,
+    call: tuple[str, dict[str, object]],
+    text: str,
+    **env: str,
+) -> tuple[BotProcess, dict[str, Any], Message, Path]:
+    """``opsloop serve`` with the scale tools, asked ``text`` in C1 by U1, the model calling
+    ``call``: the bot, the mention, the card that waits, the tools' run log."""
+    tools, log = scale_tools_yml(tmp_path)
+    model.policy = call_then_answer(*call)  # type: ignore[assignment]
+    serve = await bot(OPSLOOP_TOOLS=tools, **env)
+    event = mention("C1", "U1", text)
+    await serve.send(event)
+    return serve, event, await wait_card(slack, "C1", event["ts"]), log
+
+
 async def open_edit(serve: BotProcess, slack: FakeSlack, card: Message, user: str) -> HeldView:
     """Press Edit on ``card`` as ``user``; the modal Slack opened for them."""
     before = len(slack.views.opened(user))
@@ -79,14 +102,9 @@ def pending(slack: FakeSlack, card: Message) -> bool:
 async def test_an_edited_scale_runs_once_with_the_edit_as_the_editor(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = scale_tools_yml(tmp_path)
-    model.policy = call_then_answer(  # type: ignore[assignment]
-        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
+    serve, event, card, log = await asked(
+        bot, slack, model, tmp_path, SCALE, "web is overloaded, scale it up"
     )
-    serve = await bot(OPSLOOP_TOOLS=tools)
-    event = mention("C1", "U1", "web is overloaded, scale it up")
-    await serve.send(event)
-    card = await wait_card(slack, "C1", event["ts"])
     assert "Edit" in str(card.blocks)
 
     view = await open_edit(serve, slack, card, EDITOR)
@@ -117,14 +135,7 @@ async def test_an_edited_scale_runs_once_with_the_edit_as_the_editor(
 async def test_invalid_edits_are_errors_in_the_modal_and_decide_nothing(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = scale_tools_yml(tmp_path)
-    model.policy = call_then_answer(  # type: ignore[assignment]
-        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
-    )
-    serve = await bot(OPSLOOP_TOOLS=tools)
-    event = mention("C1", "U1", "scale web")
-    await serve.send(event)
-    card = await wait_card(slack, "C1", event["ts"])
+    serve, event, card, log = await asked(bot, slack, model, tmp_path, SCALE, "scale web")
     view = await open_edit(serve, slack, card, EDITOR)
 
     negative = await submit(serve, slack, view, EDITOR, {"arg:replicas": "-1"})
@@ -161,12 +172,9 @@ async def test_invalid_edits_are_errors_in_the_modal_and_decide_nothing(
 async def test_the_requester_may_not_edit_a_destructive_call(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = scale_tools_yml(tmp_path)
-    model.policy = call_then_answer("delete_pods", {"selector": "app=web"})  # type: ignore[assignment]
-    serve = await bot(OPSLOOP_TOOLS=tools)
-    event = mention("C1", "U1", "delete the wedged web pods")
-    await serve.send(event)
-    card = await wait_card(slack, "C1", event["ts"])
+    serve, event, card, log = await asked(
+        bot, slack, model, tmp_path, DELETE, "delete the wedged web pods"
+    )
 
     # The requester's Edit opens no form: they are told why.
     assert await click(serve, slack, card, "U1", "Edit") == 200
@@ -210,12 +218,9 @@ async def test_the_requester_may_not_edit_a_destructive_call(
 async def test_an_approve_clicked_on_the_card_before_an_edit_does_not_approve_the_edit(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = scale_tools_yml(tmp_path)
-    model.policy = call_then_answer("delete_pods", {"selector": "app=web"})  # type: ignore[assignment]
-    serve = await bot(OPSLOOP_TOOLS=tools)
-    event = mention("C1", "U1", "delete the web pods")
-    await serve.send(event)
-    card = await wait_card(slack, "C1", event["ts"])  # as it was before any edit
+    serve, event, card, log = await asked(
+        bot, slack, model, tmp_path, DELETE, "delete the web pods"
+    )  # as it was before any edit
     view = await open_edit(serve, slack, card, EDITOR)
     await submit(serve, slack, view, EDITOR, {"arg:selector": "app=web-1"})
     await slack.wait_for(
@@ -239,14 +244,7 @@ async def test_an_approve_clicked_on_the_card_before_an_edit_does_not_approve_th
 async def test_an_edit_racing_an_approve_is_one_decision(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = scale_tools_yml(tmp_path)
-    model.policy = call_then_answer(  # type: ignore[assignment]
-        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
-    )
-    serve = await bot(OPSLOOP_TOOLS=tools)
-    event = mention("C1", "U1", "scale web")
-    await serve.send(event)
-    card = await wait_card(slack, "C1", event["ts"])
+    serve, event, card, log = await asked(bot, slack, model, tmp_path, SCALE, "scale web")
     view = await open_edit(serve, slack, card, EDITOR)
 
     answer, status = await asyncio.gather(
@@ -271,14 +269,9 @@ async def test_an_edit_racing_an_approve_is_one_decision(
 async def test_a_form_submitted_after_its_card_expired_says_so(
     bot: StartBot, slack: FakeSlack, model: ScriptedModel, tmp_path: Path
 ) -> None:
-    tools, log = scale_tools_yml(tmp_path)
-    model.policy = call_then_answer(  # type: ignore[assignment]
-        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
+    serve, event, card, log = await asked(
+        bot, slack, model, tmp_path, SCALE, "scale web", OPSLOOP_APPROVAL_TTL_S="10"
     )
-    serve = await bot(OPSLOOP_TOOLS=tools, OPSLOOP_APPROVAL_TTL_S="10")
-    event = mention("C1", "U1", "scale web")
-    await serve.send(event)
-    card = await wait_card(slack, "C1", event["ts"])
     view = await open_edit(serve, slack, card, EDITOR)
     await wait_until(
         lambda: "Expired" in slack.message("C1", card.ts).text, timeout=30, what="expiry"
@@ -298,14 +291,7 @@ async def test_the_audit_log_the_trace_and_the_timeline_carry_both_argument_sets
     redis_server: ManagedRedis,
     tmp_path: Path,
 ) -> None:
-    tools, log = scale_tools_yml(tmp_path)
-    model.policy = call_then_answer(  # type: ignore[assignment]
-        "scale_deployment", {"name": "web", "replicas": 5, "strategy": "rolling"}
-    )
-    serve = await bot(OPSLOOP_TOOLS=tools)
-    event = mention("C1", "U1", "scale web")
-    await serve.send(event)
-    card = await wait_card(slack, "C1", event["ts"])
+    serve, event, card, log = await asked(bot, slack, model, tmp_path, SCALE, "scale web")
     view = await open_edit(serve, slack, card, EDITOR)
     answer = await submit(serve, slack, view, EDITOR, {"arg:replicas": "3"})
     assert answer.outcome == "closed", answer
@@ -320,9 +306,9 @@ async def test_the_audit_log_the_trace_and_the_timeline_carry_both_argument_sets
     code, out, err = await opsloop_command(redis_server, "audit", "--json")
     assert code == 0, err
     entries = [json.loads(line) for line in out.splitlines() if line.strip()]
-    asked = next(e for e in entries if e["kind"] == "approval_requested")
+    requested = next(e for e in entries if e["kind"] == "approval_requested")
     decided = next(e for e in entries if e["kind"] == "approval_decided")
-    assert asked["arguments"]["replicas"] == 5  # proposed
+    assert requested["arguments"]["replicas"] == 5  # proposed
     assert decided["arguments"]["replicas"] == 3  # approved
     assert decided["actor"] == EDITOR and decided["detail"]["edited_by"] == EDITOR
     code, out, err = await opsloop_command(redis_server, "audit", "verify")
